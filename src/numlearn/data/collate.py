@@ -1,0 +1,72 @@
+"""Tokenisation with loss on the response only, and the padding collator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .prompts import TemplateSampler
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TokenizeReport:
+    n_examples: int = 0
+    n_truncated: int = 0
+    n_dropped_empty: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"examples": self.n_examples, "truncated": self.n_truncated, "dropped_no_response": self.n_dropped_empty}
+
+
+def tokenize_records(records, tokenizer, max_length: int, templates: TemplateSampler | None = None):
+    """``{"instruction", "output"}`` records -> list of ``{"input_ids", "labels"}``.
+
+    Prompt and response are tokenised separately (as at evaluation time, where the prompt is
+    encoded alone); target = response + EOS; prompt positions get IGNORE_INDEX. Sequences longer
+    than ``max_length`` are truncated from the right and counted; an example left with no response
+    token is dropped and counted.
+    """
+    templates = templates or TemplateSampler("fixed")
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("tokenizer has no eos_token; set one (the target is response + EOS)")
+    prompts = [templates(r["instruction"]) for r in records]
+    p_ids = tokenizer(prompts, add_special_tokens=True)["input_ids"]
+    r_ids = tokenizer([r["output"] for r in records], add_special_tokens=False)["input_ids"]
+    out, rep = [], TokenizeReport()
+    for p, r in zip(p_ids, r_ids):
+        ids = list(p) + list(r) + [eos]
+        labels = [IGNORE_INDEX] * len(p) + list(r) + [eos]
+        if len(ids) > max_length:
+            rep.n_truncated += 1
+            ids, labels = ids[:max_length], labels[:max_length]
+        if all(x == IGNORE_INDEX for x in labels):
+            rep.n_dropped_empty += 1
+            continue
+        out.append({"input_ids": ids, "labels": labels})
+    rep.n_examples = len(out)
+    return out, rep
+
+
+class PadCollator:
+    """Right-pads ``input_ids`` with the pad id and ``labels`` with IGNORE_INDEX."""
+
+    def __init__(self, pad_id: int, pad_to_multiple_of: int | None = None):
+        self.pad_id, self.multiple = pad_id, pad_to_multiple_of
+
+    def __call__(self, batch):
+        n = max(len(b["input_ids"]) for b in batch)
+        if self.multiple:
+            n = -(-n // self.multiple) * self.multiple
+        ids = torch.full((len(batch), n), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(batch), n), IGNORE_INDEX, dtype=torch.long)
+        mask = torch.zeros((len(batch), n), dtype=torch.long)
+        for i, b in enumerate(batch):
+            L = len(b["input_ids"])
+            ids[i, :L] = torch.tensor(b["input_ids"])
+            labels[i, :L] = torch.tensor(b["labels"])
+            mask[i, :L] = 1
+        return {"input_ids": ids, "labels": labels, "attention_mask": mask}

@@ -1,0 +1,100 @@
+"""Training data sources. Each yields instruction/response records ``{"instruction", "output"}``.
+
+* ``synthetic``: the procedural generator (CoT and PoT target for every problem).
+* ``local``: JSON / JSONL files -- GSM8K (question/answer), MATH (problem/solution) and
+  MathInstruct-style (instruction/output) records, converted on the fly.
+* ``hf``: ``datasets.load_dataset`` (e.g. TIGER-Lab/MathInstruct), for users with a network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .prompts import POT_SUFFIX
+from .synthetic import ensure_synthetic
+
+
+class DataError(ValueError):
+    """A data file is missing or a record is malformed."""
+
+
+_CALC = re.compile(r"<<[^>]*>>")
+
+
+def convert_record(rec: dict[str, Any], where: str = "") -> dict[str, str]:
+    """One raw record -> ``{"instruction", "output"}``; raises DataError naming the record."""
+    if "instruction" in rec and "output" in rec:
+        return {"instruction": str(rec["instruction"]), "output": str(rec["output"])}
+    if "question" in rec and "answer" in rec and "####" in str(rec["answer"]):  # GSM8K
+        body, final = str(rec["answer"]).rsplit("####", 1)
+        body = _CALC.sub("", body).strip()
+        return {"instruction": str(rec["question"]), "output": f"{body}\nThe answer is {final.strip()}."}
+    if "problem" in rec and "solution" in rec:  # MATH
+        return {"instruction": str(rec["problem"]), "output": str(rec["solution"])}
+    raise DataError(
+        f"malformed training record {where}: fields {sorted(rec)}; expected instruction/output "
+        "(MathInstruct), question/answer with '####' (GSM8K) or problem/solution (MATH)"
+    )
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"data file not found: {p}. Set paths.data_dir (or NUMLEARN_DATA_DIR) to the data "
+                        "root, see README 'Data'.")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".json" and text.lstrip().startswith("["):
+        return json.loads(text)
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+    return out
+
+
+def load_local(path: str | Path, limit: int | None = None) -> list[dict[str, str]]:
+    recs = read_records(path)[: limit or None]
+    return [convert_record(r, f"{path}:{i + 1}") for i, r in enumerate(recs)]
+
+
+def load_hf(name: str, split: str = "train", limit: int | None = None, **kwargs) -> list[dict[str, str]]:
+    import datasets
+
+    ds = datasets.load_dataset(name, split=split, **kwargs)
+    if limit:
+        ds = ds.select(range(min(limit, len(ds))))
+    return [convert_record(dict(r), f"{name}[{i}]") for i, r in enumerate(ds)]
+
+
+def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool = True) -> list[dict[str, str]]:
+    path = ensure_synthetic(cache_dir, n_train, 0, 0, seed)["train"]
+    out = []
+    for r in read_records(path):
+        out.append({"instruction": r["question"], "output": r["cot"]})
+        if pot:
+            out.append({"instruction": r["question"] + POT_SUFFIX, "output": r["pot"]})
+    return out
+
+
+def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[str, str]]:
+    """Records for a ``conf/data/*.yaml`` node."""
+    kind = cfg.source
+    limit = cfg.get("limit")
+    if kind == "synthetic":
+        recs = synthetic_records(cache_dir, cfg.n_train, cfg.get("seed", 0), cfg.get("pot", True))
+    elif kind == "local":
+        recs = []
+        for f in cfg.files:
+            fp = Path(f) if Path(f).is_absolute() else Path(data_root) / f
+            recs.extend(load_local(fp, cfg.get("limit_per_file")))
+    elif kind == "hf":
+        recs = load_hf(cfg.hf_name, cfg.get("split", "train"), limit, **dict(cfg.get("load_kwargs") or {}))
+    else:
+        raise DataError(f"unknown data source {kind!r}; choose synthetic, local or hf")
+    return recs[:limit] if limit else recs

@@ -1,0 +1,230 @@
+"""Seeded, procedural number-heavy math word problems with worked solutions.
+
+The embedded default data set: it runs everywhere (no download) and exercises what the numeric
+losses are about -- integers of several lengths, decimals, money and units, and multi-step chains
+whose intermediate results are written out. Each problem has a chain-of-thought (CoT) solution
+ending in "The answer is N." and a program-of-thought (PoT) solution that prints the answer.
+
+Splits are disjoint by construction: a problem's *key* (template and numbers, not the filler
+words) is hashed, and the hash decides which split may hold it (``test`` keys never appear in
+``train``). ``test_ood`` uses operands with more digits than any training problem. The same seed
+always gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+SPLITS = ("train", "test", "test_ood")
+# Percentage of the in-distribution key space reserved for the test split.
+TEST_BUCKETS = 10
+
+NAMES = ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ivy", "Jon", "Kim", "Leo", "Mia", "Nora",
+         "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic", "Wes", "Zoe"]
+ITEMS = ["apples", "books", "stickers", "marbles", "cards", "pens", "shells", "coins", "stamps", "eggs"]
+GOODS = ["notebook", "pen", "lamp", "cup", "ticket", "sandwich", "shirt", "toy", "plant", "mug"]
+UNITS = [("km", "runs"), ("kg", "picks"), ("liters", "pours"), ("meters", "walks")]
+CONTAINERS = ["boxes", "bags", "crates", "shelves", "packs"]
+
+
+@dataclass(frozen=True)
+class Difficulty:
+    """Operand sizes. ``int_digits`` bounds the digits of integer operands; ``frac_digits`` the
+    decimals of money/units; ``mult_max`` the single-digit multiplier."""
+
+    int_digits: tuple[int, int] = (1, 2)
+    frac_digits: int = 2
+    money_int_digits: tuple[int, int] = (1, 1)
+    mult_max: int = 9
+
+
+IN_DIST = Difficulty()
+OOD = Difficulty(int_digits=(3, 4), money_int_digits=(2, 3))
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    split: str
+    template: str
+    question: str
+    cot: str
+    pot: str
+    answer: str
+    key: str
+
+
+def fmt_num(x: Decimal | int) -> str:
+    """Canonical answer string: no exponent, no trailing zeros ("5.50" -> "5.5", "5.0" -> "5")."""
+    d = Decimal(x)
+    s = format(d.normalize(), "f") if d == d.to_integral_value() else format(d, "f").rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+def _int(rng: random.Random, digits: tuple[int, int]) -> int:
+    n = rng.randint(*digits)
+    lo = 10 ** (n - 1) if n > 1 else 1
+    return rng.randint(lo, 10**n - 1)
+
+
+def _money(rng: random.Random, d: Difficulty) -> Decimal:
+    whole = _int(rng, d.money_int_digits)
+    cents = rng.randint(0, 10**d.frac_digits - 1)
+    return Decimal(whole) + Decimal(cents) / (10**d.frac_digits)
+
+
+def _m(x: Decimal) -> str:
+    return format(x.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP), "f")
+
+
+# Each template: rng, difficulty -> (key numbers, question, cot, pot, answer)
+def t_total(rng, d):
+    a, b = _int(rng, d.int_digits), _int(rng, d.int_digits)
+    name, (unit, verb) = rng.choice(NAMES), rng.choice(UNITS)
+    q = f"{name} {verb} {a} {unit} on Monday and {b} {unit} on Tuesday. How many {unit} is that in total?"
+    cot = f"{a} + {b} = {a + b}. The answer is {a + b}."
+    pot = f"monday = {a}\ntuesday = {b}\nprint(monday + tuesday)"
+    return (a, b), q, cot, pot, fmt_num(a + b)
+
+
+def t_chain(rng, d):
+    a = _int(rng, d.int_digits)
+    b = rng.randint(1, a) if a > 1 else 1
+    c = _int(rng, d.int_digits)
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    x, y = a - b, a - b + c
+    q = f"{name} has {a} {item}. {name} gives away {b} and then gets {c} more. How many {item} does {name} have now?"
+    cot = f"{a} - {b} = {x}. {x} + {c} = {y}. The answer is {y}."
+    pot = f"start = {a}\ngiven = {b}\nextra = {c}\nprint(start - given + extra)"
+    return (a, b, c), q, cot, pot, fmt_num(y)
+
+
+def t_groups(rng, d):
+    a, b = rng.randint(2, d.mult_max), _int(rng, d.int_digits)
+    name, item, box = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(CONTAINERS)
+    q = f"{name} has {a} {box} with {b} {item} in each. How many {item} are there?"
+    cot = f"{a} * {b} = {a * b}. The answer is {a * b}."
+    pot = f"groups = {a}\neach = {b}\nprint(groups * each)"
+    return (a, b), q, cot, pot, fmt_num(a * b)
+
+
+def t_price(rng, d):
+    a, b = _money(rng, d), _money(rng, d)
+    g1, g2 = rng.sample(GOODS, 2)
+    s = a + b
+    q = f"A {g1} costs ${_m(a)} and a {g2} costs ${_m(b)}. How much do they cost together in dollars?"
+    cot = f"{_m(a)} + {_m(b)} = {_m(s)}. The answer is {fmt_num(s)}."
+    pot = f"first = {_m(a)}\nsecond = {_m(b)}\nprint(round(first + second, 2))"
+    return (a, b), q, cot, pot, fmt_num(s)
+
+
+def t_change(rng, d):
+    price = _money(rng, d)
+    bill = next(v for v in (5, 10, 20, 50, 100, 500, 1000, 5000) if v > price)
+    name, good = rng.choice(NAMES), rng.choice(GOODS)
+    ch = Decimal(bill) - price
+    q = f"{name} buys a {good} for ${_m(price)} and pays with a ${bill} bill. How much change does {name} get in dollars?"
+    cot = f"{bill} - {_m(price)} = {_m(ch)}. The answer is {fmt_num(ch)}."
+    pot = f"paid = {bill}\nprice = {_m(price)}\nprint(round(paid - price, 2))"
+    return (price, bill), q, cot, pot, fmt_num(ch)
+
+
+def t_measure(rng, d):
+    a = Decimal(_int(rng, d.int_digits)) + Decimal(rng.randint(1, 9)) / 10
+    b = Decimal(_int(rng, d.int_digits)) + Decimal(rng.randint(1, 9)) / 10
+    if b > a:
+        a, b = b, a
+    unit, _ = rng.choice(UNITS)
+    name = rng.choice(NAMES)
+    q = f"A tank holds {a} {unit}. {name} takes out {b} {unit}. How many {unit} are left?"
+    r = a - b
+    cot = f"{a} - {b} = {r}. The answer is {fmt_num(r)}."
+    pot = f"total = {a}\ntaken = {b}\nprint(round(total - taken, 1))"
+    return (a, b), q, cot, pot, fmt_num(r)
+
+
+TEMPLATES: dict[str, Callable] = {
+    "total": t_total, "chain": t_chain, "groups": t_groups,
+    "price": t_price, "change": t_change, "measure": t_measure,
+}
+
+
+def _bucket(key: str) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 100
+
+
+def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = None) -> Iterator[Problem]:
+    """Endless stream of unique problems of ``split`` (deterministic in ``seed``)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown synthetic split {split!r}; choose one of {SPLITS}")
+    diff = difficulty or (OOD if split == "test_ood" else IN_DIST)
+    rng = random.Random(f"numlearn-synthetic/{seed}/{split}")
+    names = sorted(TEMPLATES)
+    seen: set[str] = set()
+    misses = 0
+    while True:
+        tname = names[rng.randrange(len(names))]
+        nums, q, cot, pot, ans = TEMPLATES[tname](rng, diff)
+        key = f"{tname}|" + "|".join(str(n) for n in nums)
+        in_test_bucket = _bucket(key) < TEST_BUCKETS
+        wanted = split == "test_ood" or (in_test_bucket == (split == "test"))
+        if not wanted or key in seen:
+            misses += 1
+            if misses > 1_000_000:
+                raise RuntimeError(f"synthetic split {split!r}: key space exhausted; lower n or raise difficulty")
+            continue
+        seen.add(key)
+        yield Problem(f"{split}-{len(seen) - 1:06d}", split, tname, q, cot, pot, ans, key)
+
+
+def generate(split: str, n: int, seed: int = 0, difficulty: Difficulty | None = None) -> list[Problem]:
+    it = iter_problems(split, seed, difficulty)
+    return [next(it) for _ in range(n)]
+
+
+def write_split(path: str | Path, problems: list[Problem]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for p in problems:
+            f.write(json.dumps(asdict(p), sort_keys=True, ensure_ascii=False) + "\n")
+    return path
+
+
+def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0) -> dict[str, Path]:
+    """Write (once) ``<root>/synthetic/seed=<seed>/{train,test,test_ood}.jsonl`` and return the paths.
+    Files that exist with the requested number of lines are reused."""
+    out = Path(root) / "synthetic" / f"seed={seed}"
+    paths = {}
+    for split, n in (("train", n_train), ("test", n_test), ("test_ood", n_ood)):
+        p = out / f"{split}-{n}.jsonl"
+        if not p.exists():
+            tmp = p.with_suffix(".tmp")
+            write_split(tmp, generate(split, n, seed))
+            tmp.replace(p)
+        paths[split] = p
+    return paths
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write the synthetic splits as JSONL.")
+    ap.add_argument("--out", default="data_cache")
+    ap.add_argument("--n-train", type=int, default=20000)
+    ap.add_argument("--n-test", type=int, default=300)
+    ap.add_argument("--n-ood", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    for split, p in ensure_synthetic(a.out, a.n_train, a.n_test, a.n_ood, a.seed).items():
+        print(split, p)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Hydra entry point: ``python -m numlearn.evaluate [experiment=... loss=... seed=...] [model_path=...] [eval=...]``.
+
+Evaluates a model directory or hub name on the benchmarks of ``eval`` and writes, per benchmark
+and mode, ``<eval_dir>/<benchmark>/<mode>/generations.jsonl`` and ``result.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from numlearn.cli import check_group_overrides, conf_dir, fail
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+def run_evaluation(cfg: DictConfig) -> list[Path]:
+    from numlearn.evaluation.backends import SamplingConfig, get_backend
+    from numlearn.evaluation.benchmarks import load_benchmark
+    from numlearn.evaluation.runner import evaluate_problems, read_jsonl, score_file
+    from numlearn.provenance import provenance
+
+    ecfg = cfg.eval
+    model_path = str(cfg.model_path)
+    if Path(model_path).exists():
+        model_path = str(Path(model_path).resolve())
+    elif model_path.startswith(("/", ".")) or "/final" in model_path:
+        raise FileNotFoundError(f"model {model_path} not found: train it first (python -m numlearn.train with "
+                                "the same experiment/model/loss/seed) or pass model_path=<dir or hub name>")
+    eval_dir = Path(str(cfg.eval_dir)).resolve()
+    data_root = Path(str(cfg.paths.data_dir)).expanduser()
+    cache_dir = Path(str(cfg.paths.cache_dir)).resolve()
+    # Load (and verify) every benchmark before the model, so data errors surface in seconds.
+    loaded = {}
+    for name, bcfg in ecfg.benchmarks.items():
+        loaded[name] = load_benchmark(bcfg, data_root, cache_dir, limit=ecfg.get("limit"))
+    run_meta = {}
+    run_json = Path(model_path).parent / "run.json"
+    if run_json.exists():
+        rj = json.loads(run_json.read_text())
+        run_meta = {k: rj.get(k) for k in ("experiment", "model", "loss", "alpha", "seed", "run_dir", "loss_repr",
+                                           "aux_effective_weight")}
+        run_meta["train_git"] = rj.get("git")
+    else:
+        run_meta = {"experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,
+                    "seed": int(cfg.seed)}
+    backend = get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
+                          tensor_parallel_size=ecfg.get("tensor_parallel_size", 1),
+                          max_model_len=ecfg.get("max_model_len", 4096), seed=int(cfg.seed),
+                          enforce_eager=ecfg.get("enforce_eager", False))
+    prov = provenance()
+    written = []
+    for name, (problems, info) in loaded.items():
+        bcfg = ecfg.benchmarks[name]
+        modes = list(ecfg.modes)
+        if "paper" not in modes and bcfg.kind == "multiple_choice":
+            modes = ["cot"]
+        max_new = int(bcfg.max_new_tokens)
+        if ecfg.get("max_new_tokens_cap"):
+            max_new = min(max_new, int(ecfg.max_new_tokens_cap))
+        sampling = SamplingConfig(max_new_tokens=max_new, temperature=float(ecfg.temperature),
+                                  top_p=float(ecfg.top_p), stop=tuple(ecfg.stop))
+        for mode in modes:
+            out = eval_dir / name / mode
+            t0 = time.time()
+            gen_info = evaluate_problems(
+                problems, backend, name, bcfg.kind, mode, sampling, out / "generations.jsonl",
+                pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
+                symbolic_math=bool(ecfg.get("symbolic_math", False)),
+                chunk_size=max(int(ecfg.batch_size) * 2, 16),
+            )
+            metrics = score_file(out / "generations.jsonl", bcfg.kind, ids=[p.id for p in problems])
+            wanted = {p.id for p in problems}
+            correct_by_id = {r["id"]: int(r["correct"]) for r in read_jsonl(out / "generations.jsonl")[0]
+                             if r["id"] in wanted}
+            result = {
+                "benchmark": info, "mode": mode, "metrics": metrics, "n": metrics["n"],
+                "run": run_meta, "model_path": model_path, "correct_by_id": correct_by_id, "backend": backend.describe(),
+                "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s),
+                "generation": gen_info, "wall_seconds": round(time.time() - t0, 2),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "config": OmegaConf.to_container(cfg, resolve=True), **prov,
+            }
+            _write_json(out / "result.json", result)
+            written.append(out / "result.json")
+            nd = metrics.get("numerical_distance")
+            print(f"[numlearn.evaluate] {name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
+                  + (f" numerical_distance={nd:.4f}" if nd is not None else "")
+                  + f" ({gen_info['n_resumed']} resumed) -> {out / 'result.json'}", flush=True)
+    return written
+
+
+@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
+def _main(cfg: DictConfig) -> None:
+    from numlearn.data.sources import DataError
+
+    try:
+        run_evaluation(cfg)
+    except (DataError, FileNotFoundError, ImportError) as e:
+        fail("numlearn.evaluate", e)
+
+
+def main() -> None:
+    check_group_overrides(sys.argv, "numlearn.evaluate")
+    _main()
+
+
+if __name__ == "__main__":
+    main()

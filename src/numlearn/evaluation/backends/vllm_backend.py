@@ -1,0 +1,47 @@
+"""vLLM backend. ``vllm`` is an optional extra and is imported here only, when chosen."""
+
+from __future__ import annotations
+
+from .base import Backend, SamplingConfig, truncate_at_stop
+
+
+class VLLMBackend(Backend):
+    name = "vllm"
+
+    def __init__(self, model_path: str, tokenizer_path: str | None = None, dtype: str = "bfloat16",
+                 tensor_parallel_size: int = 1, max_model_len: int = 4096, seed: int = 0,
+                 enforce_eager: bool = False, gpu_memory_utilization: float = 0.9, **_):
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ImportError("eval.backend=vllm needs vLLM: pip install -e '.[vllm]' on a GPU machine "
+                              "(or the CPU build, see `make test-vllm`); eval.backend=hf runs anywhere") from e
+        kwargs = dict(model=str(model_path), tokenizer=str(tokenizer_path or model_path), dtype=dtype,
+                      tensor_parallel_size=int(tensor_parallel_size), max_model_len=int(max_model_len),
+                      seed=int(seed), enforce_eager=bool(enforce_eager), generation_config="vllm")
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                kwargs["gpu_memory_utilization"] = float(gpu_memory_utilization)
+        except ImportError:  # pragma: no cover
+            pass
+        self.llm = LLM(**kwargs)
+        self.model_path, self.dtype, self.tp = model_path, dtype, tensor_parallel_size
+
+    def describe(self) -> dict:
+        import vllm
+
+        return {"backend": self.name, "model_path": str(self.model_path), "dtype": self.dtype,
+                "tensor_parallel_size": self.tp, "vllm": vllm.__version__}
+
+    def generate(self, prompts: list[str], sampling: SamplingConfig, progress=None) -> list[str]:
+        from vllm import SamplingParams
+
+        sp = SamplingParams(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+                            max_tokens=int(sampling.max_new_tokens), stop=list(sampling.stop) or None, seed=0)
+        outs = self.llm.generate(prompts, sp, use_tqdm=False)
+        texts = [truncate_at_stop(o.outputs[0].text, sampling.stop) for o in outs]
+        if progress is not None:
+            progress(len(prompts))
+        return texts

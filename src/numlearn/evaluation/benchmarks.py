@@ -1,0 +1,102 @@
+"""Benchmarks described as data (``conf/eval/benchmark/*.yaml``): where the file is, how to read
+it, and its checksum. A missing or altered file is an error that says where to get it."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from numlearn.data.sources import DataError, read_records
+
+from .extract import last_boxed, normalize_truth
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    question: str
+    answer: str  # normalised ground truth
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _choices_text(letters_and_texts) -> str:
+    return "\nAnswer Choices: " + " ".join(f"({k}) {v}" for k, v in letters_and_texts)
+
+
+def _load_records(name: str, loader: str, recs: list[dict]) -> list[tuple[str, str, object]]:
+    """-> [(id, question, raw answer)]"""
+    out = []
+    for i, r in enumerate(recs):
+        try:
+            if loader == "gsm8k":
+                out.append((str(i), r["question"], r["answer"].split("####")[-1].strip().replace(",", "")))
+            elif loader == "svamp":
+                out.append((str(r.get("ID", i)), f"{r['Body'].strip()} {r['Question'].strip()}", r["Answer"]))
+            elif loader == "question_answer":
+                out.append((str(i), r["question"], r["answer"]))
+            elif loader == "math":
+                ans = last_boxed(r["solution"])
+                if ans is None:
+                    raise KeyError("no \\boxed{} answer in solution")
+                out.append((str(r.get("idx", i)), r["problem"], ans))
+            elif loader == "aqua":
+                opts = [(o[0], o[2:].strip()) for o in r["options"]]
+                out.append((str(i), r["question"] + _choices_text(opts), r["correct"]))
+            elif loader == "mmlu":
+                opts = list(zip("ABCD", r["choices"]))
+                out.append((str(i), r["question"] + _choices_text(opts), "ABCD"[int(r["answer"])]))
+            elif loader == "synthetic":
+                out.append((r["id"], r["question"], r["answer"]))
+            else:
+                raise DataError(f"benchmark {name!r}: unknown loader {loader!r}")
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise DataError(f"benchmark {name!r}: malformed record {i} ({type(e).__name__}: {e}); "
+                            f"fields present: {sorted(r) if isinstance(r, dict) else type(r).__name__}") from None
+    return out
+
+
+def resolve_file(bcfg, data_root: str | Path, cache_dir: str | Path) -> tuple[Path, str | None]:
+    if bcfg.get("generator"):
+        from numlearn.data.synthetic import ensure_synthetic
+
+        g = bcfg.generator
+        n = int(g.n)
+        kwargs = {"n_train": 0, "n_test": 0, "n_ood": 0}
+        kwargs["n_ood" if g.split == "test_ood" else "n_test"] = n
+        paths = ensure_synthetic(cache_dir, seed=int(g.seed), **kwargs)
+        return paths[g.split], None
+    root = Path(data_root)
+    if not root.is_dir():
+        raise DataError(f"data root {root} does not exist: set paths.data_dir=<dir> (or NUMLEARN_DATA_DIR) to the "
+                        "folder holding benchmarks/, or fetch the data with `make data`")
+    return root / bcfg.file, bcfg.get("sha256")
+
+
+def load_benchmark(bcfg, data_root: str | Path, cache_dir: str | Path, limit: int | None = None,
+                   verify: bool = True) -> tuple[list[Problem], dict]:
+    path, expected = resolve_file(bcfg, data_root, cache_dir)
+    if not path.exists():
+        raise DataError(f"benchmark {bcfg.name!r}: file {path} not found; get it with `make data` (source: "
+                        f"{bcfg.get('url', 'see conf/eval/benchmark')}) or set paths.data_dir")
+    digest = sha256_file(path)
+    if verify and expected and digest != expected:
+        raise DataError(f"benchmark {bcfg.name!r}: {path} has sha256 {digest[:12]}..., expected {expected[:12]}... "
+                        "(file altered or a different version); re-fetch it with `make data`")
+    rows = _load_records(bcfg.name, bcfg.loader, read_records(path))
+    if bcfg.get("records") and len(rows) != int(bcfg.records):
+        raise DataError(f"benchmark {bcfg.name!r}: {len(rows)} records, expected {bcfg.records}")
+    if limit:
+        rows = rows[: int(limit)]
+    problems = [Problem(pid, q, normalize_truth(bcfg.name, a)) for pid, q, a in rows]
+    info = {"name": bcfg.name, "file": str(path), "sha256": digest, "records_total": len(rows) if not limit else None,
+            "n_evaluated": len(problems), "version": bcfg.get("version"), "kind": bcfg.kind,
+            "mode": bcfg.mode, "loader": bcfg.loader}
+    return problems, info

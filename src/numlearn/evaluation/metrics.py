@@ -1,0 +1,91 @@
+"""Metrics computed from generation records alone (so the scorer can recompute them).
+
+* accuracy: mean of ``correct``;
+* numerical distance ("Log MAE"): mean ``|slog(pred) - slog(truth)|`` with
+  ``slog(x) = sign(x) * ln(|x| + 1e-8)``, over problems whose prediction and truth both parse
+  as numbers (the paper's exact definition is not available; this is our documented choice);
+* per-digit-position accuracy: integer digits indexed from the units place (0), fractional
+  digits from the first decimal (1); a slot is right when the prediction has the same digit
+  there; denominators are the problems whose truth has that slot;
+* counts: empty predictions, unparsable numeric predictions, PoT program failures, CoT backups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from decimal import Decimal, InvalidOperation
+
+SLOG_EPS = 1e-8
+MAX_POSITIONS = 8
+
+
+def slog(x: float) -> float:
+    return math.copysign(math.log(abs(x) + SLOG_EPS), x)
+
+
+def _as_decimal(s: str) -> Decimal | None:
+    try:
+        d = Decimal(s)
+        return d if d.is_finite() else None
+    except (InvalidOperation, ValueError, TypeError):
+        return None
+
+
+def digit_slots(s: str) -> tuple[str, str]:
+    """("integer digits", "fraction digits") of a canonical number string, sign dropped."""
+    s = s.lstrip("-")
+    ip, _, fp = s.partition(".")
+    return ip, fp
+
+
+def numeric_metrics(records: list[dict]) -> dict:
+    dists = []
+    int_hit, int_tot = Counter(), Counter()
+    frac_hit, frac_tot = Counter(), Counter()
+    n_unparsable = 0
+    for r in records:
+        t = _as_decimal(r["gt"])
+        if t is None:
+            continue
+        p = _as_decimal(r["pred"]) if r["pred"] != "" else None
+        if p is None:
+            n_unparsable += r["pred"] != ""
+        else:
+            dists.append(abs(slog(float(p)) - slog(float(t))))
+        ti, tf = digit_slots(r["gt"])
+        pi, pf = digit_slots(r["pred"]) if p is not None else ("", "")
+        for k in range(min(len(ti), MAX_POSITIONS)):
+            int_tot[k] += 1
+            int_hit[k] += k < len(pi) and pi[-1 - k] == ti[-1 - k]
+        for k in range(min(len(tf), MAX_POSITIONS)):
+            frac_tot[k + 1] += 1
+            frac_hit[k + 1] += k < len(pf) and pf[k] == tf[k]
+    return {
+        "numerical_distance": sum(dists) / len(dists) if dists else None,
+        "n_numeric": len(dists),
+        "n_unparsable": n_unparsable,
+        "digit_acc_int": {str(k): int_hit[k] / int_tot[k] for k in sorted(int_tot)},
+        "digit_acc_frac": {str(k): frac_hit[k] / frac_tot[k] for k in sorted(frac_tot)},
+        "digit_count_int": {str(k): int_tot[k] for k in sorted(int_tot)},
+        "digit_count_frac": {str(k): frac_tot[k] for k in sorted(frac_tot)},
+    }
+
+
+def compute_metrics(records: list[dict], kind: str) -> dict:
+    n = len(records)
+    correct = sum(bool(r["correct"]) for r in records)
+    out = {
+        "accuracy": correct / n if n else 0.0,
+        "n": n,
+        "n_correct": correct,
+        "n_empty_pred": sum(r["pred"] == "" for r in records),
+        "modes": dict(Counter(r["mode"] for r in records)),
+        "n_program_failed": sum(r.get("program_ok") is False for r in records),
+    }
+    if kind == "open_number":
+        out.update(numeric_metrics(records))
+    if any("correct_symbolic" in r for r in records):
+        sym = [r["correct_symbolic"] for r in records if r.get("correct_symbolic") is not None]
+        out["accuracy_symbolic"] = sum(sym) / len(sym) if sym else None
+    return out

@@ -1,0 +1,194 @@
+"""Shared machinery: the loss output, cross-entropy fused with the digit-logit gather, and the
+normalisation of the numeric term.
+
+Tensor shapes used throughout: ``B`` batch, ``T`` sequence, ``V`` vocabulary, ``M = B*T`` flat
+positions, ``N`` digit target positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .digits import DigitVocab
+from .spans import IGNORE_INDEX, DigitTargets, number_spans, shift_targets
+
+AUX_NORMALIZATIONS = ("step", "microbatch")
+
+
+@dataclass
+class LossOutput:
+    """Result of a loss call.
+
+    loss: scalar to back-propagate (``ce + aux``).
+    ce, aux: detached scalars, the cross-entropy part and the extra part.
+    stats: detached scalars for logging -- ``digit_acc`` (argmax over the ten digit logits equals
+        the target), ``digit_entropy`` (mean entropy, in nats, of the digit-conditional
+        distribution) and ``n_digits``. Empty when the loss has no digit view.
+    """
+
+    loss: torch.Tensor
+    ce: torch.Tensor
+    aux: torch.Tensor
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def _as_float(x) -> float | None:
+    if x is None:
+        return None
+    return float(x.item() if isinstance(x, torch.Tensor) else x)
+
+
+class _CrossEntropyWithDigitLogits(torch.autograd.Function):
+    """Summed token cross-entropy and the ``[N, 10]`` digit logits, with one gradient buffer.
+
+    Gathering digit columns with ordinary indexing would make autograd allocate a second
+    ``[M, V]`` gradient for the gather and add it to CE's; here the backward writes CE's gradient
+    (softmax minus one-hot) into a single buffer and adds the ten digit columns' gradients in
+    place, so the numeric term costs no full-vocabulary memory. The forward keeps no ``[M, V]``
+    activation beyond the logits themselves (``F.cross_entropy`` saves its log-softmax).
+    """
+
+    @staticmethod
+    def forward(ctx, logits2d, targets, rows, digit_ids):
+        valid = targets != IGNORE_INDEX
+        safe_t = targets.clamp_min(0)
+        lse = torch.logsumexp(logits2d.float(), dim=-1)
+        tgt_logit = logits2d.gather(1, safe_t.unsqueeze(1)).squeeze(1).float()
+        ce_sum = torch.where(valid, lse - tgt_logit, torch.zeros_like(lse)).sum()
+        zd = logits2d[rows.unsqueeze(1), digit_ids.unsqueeze(0)].float()
+        ctx.save_for_backward(logits2d, lse, targets, rows, digit_ids)
+        return ce_sum, zd
+
+    @staticmethod
+    def backward(ctx, g_ce, g_zd):
+        logits2d, lse, targets, rows, digit_ids = ctx.saved_tensors
+        valid = targets != IGNORE_INDEX
+        grad = logits2d.float() - lse.unsqueeze(1)  # the one [M, V] buffer of this loss
+        grad.exp_()
+        idx = torch.nonzero(valid).squeeze(1)
+        grad[idx, targets[idx]] -= 1.0
+        grad.mul_((valid.to(grad.dtype) * g_ce).unsqueeze(1))
+        if g_zd is not None and rows.numel():
+            grad.index_put_((rows.unsqueeze(1), digit_ids.unsqueeze(0)), g_zd.to(grad.dtype), accumulate=True)
+        return grad.to(logits2d.dtype), None, None, None
+
+
+class TokenLoss:
+    """Base of every loss: ``loss_fn(logits, labels, num_items_in_batch=None,
+    num_digits_in_batch=None) -> LossOutput``.
+
+    logits: ``[B, T, V]`` straight from a causal LM (any float dtype).
+    labels: ``[B, T]`` unshifted, IGNORE_INDEX (-100) where not trained; shifted here.
+    num_items_in_batch: response tokens in the whole optimizer step (what the HF Trainer passes);
+        None -> CE is the mean over this batch's response tokens.
+    num_digits_in_batch: digit targets in the whole optimizer step; used by
+        ``aux_normalization="step"`` (see ``count_digit_targets``).
+    """
+
+    name = "base"
+
+    def __init__(self, vocab: DigitVocab | None):
+        self.vocab = vocab
+
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None) -> LossOutput:
+        raise NotImplementedError
+
+    @staticmethod
+    def _ce_denominator(targets: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+        n = _as_float(num_items_in_batch)
+        if n is None:
+            n = float((targets != IGNORE_INDEX).sum())
+        return torch.tensor(max(n, 1.0), device=targets.device)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.extra_repr()})"
+
+
+class DigitLoss(TokenLoss):
+    """CE plus ``alpha * (sum over digit targets of term) / denominator``.
+
+    Subclasses implement ``digit_term(zd, dt) -> [N]`` on the fp32 ``[N, 10]`` digit logits.
+    ``aux_normalization``: ``microbatch`` divides by this call's digit count (the official DEL
+    scripts; the trainer then sums it over accumulation steps and devices, so the effective weight
+    is ``alpha * accumulation * devices``); ``step`` divides by ``num_digits_in_batch`` when given,
+    which makes the loss independent of how a step is split into micro-batches.
+    """
+
+    def __init__(self, vocab: DigitVocab, alpha: float, aux_normalization: str = "microbatch",
+                 float_spans: bool = True):
+        super().__init__(vocab)
+        if aux_normalization not in AUX_NORMALIZATIONS:
+            raise ValueError(f"aux_normalization={aux_normalization!r}; choose one of {AUX_NORMALIZATIONS}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        self.alpha = float(alpha)
+        self.aux_normalization = aux_normalization
+        self.float_spans = bool(float_spans)
+        self._digit_ids_cache: dict[torch.device, torch.Tensor] = {}
+
+    def _digit_ids(self, device) -> torch.Tensor:
+        if device not in self._digit_ids_cache:
+            self._digit_ids_cache[device] = torch.tensor(self.vocab.digit_ids, device=device)
+        return self._digit_ids_cache[device]
+
+    def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
+        raise NotImplementedError
+
+    def effective_weight(self, grad_accum: int = 1, world_size: int = 1) -> float:
+        """Weight of the numeric term relative to a per-step mean over digit targets."""
+        if self.aux_normalization == "microbatch":
+            return self.alpha * grad_accum * world_size
+        return self.alpha
+
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None) -> LossOutput:
+        if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+            raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
+                             f"and {tuple(labels.shape)}")
+        V = logits.shape[-1]
+        targets = shift_targets(labels.to(logits.device))
+        dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
+        flat_t = targets.reshape(-1)
+        ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
+            logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device)
+        )
+        ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
+
+        n_local = float(dt.count)
+        n_step = _as_float(num_digits_in_batch) if self.aux_normalization == "step" else None
+        denom = max(n_step if n_step is not None else n_local, 1.0)
+        if self.alpha > 0:
+            aux = self.alpha * self.digit_term(zd, dt).sum() / denom
+        else:
+            aux = zd.sum() * 0.0  # keeps the graph so backward works with no digits / alpha 0
+        stats = _digit_stats(zd.detach(), dt)
+        return LossOutput(loss=ce + aux, ce=ce.detach(), aux=aux.detach(), stats=stats)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, float_spans={self.float_spans}"
+
+
+def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
+    n = dt.count
+    if n == 0:
+        zero = torch.zeros((), device=zd.device)
+        return {"digit_acc": zero, "digit_entropy": zero, "n_digits": zero}
+    logp = torch.log_softmax(zd, dim=-1)
+    ent = -(logp.exp() * logp).sum(-1).mean()
+    acc = (zd.argmax(-1) == dt.values).float().mean()
+    return {"digit_acc": acc, "digit_entropy": ent, "n_digits": torch.tensor(float(n), device=zd.device)}
+
+
+def digit_view(logits, labels, vocab: DigitVocab, float_spans: bool = True):
+    """(fp32 ``[N, 10]`` digit logits, DigitTargets) of a batch, without gradients: for analysis
+    (digit distributions per loss, the paper's Figure 1) rather than training."""
+    with torch.no_grad():
+        targets = shift_targets(labels.to(logits.device))
+        dt = number_spans(targets, vocab, float_spans=float_spans)
+        ids = torch.tensor(vocab.digit_ids, device=logits.device)
+        zd = logits.reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()
+    return zd, dt

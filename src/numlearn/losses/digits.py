@@ -1,0 +1,97 @@
+"""Resolve and verify the single-digit and "." token ids of a tokenizer.
+
+The numeric losses act on the ten logits of the tokens "0".."9". Those ids are looked up in the
+tokenizer itself and verified by a round trip (each digit encodes to exactly one token inside a
+longer number, and that token decodes back to the digit), because a silent mismatch would train
+the wrong logits without any error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DIGITS = "0123456789"
+
+
+class TokenizerDigitError(ValueError):
+    """The tokenizer cannot be used by a digit-level loss (e.g. it merges several digits)."""
+
+
+@dataclass(frozen=True)
+class DigitVocab:
+    """Token ids the numeric losses need.
+
+    digit_ids: ten ids, ``digit_ids[k]`` is the token of the digit ``k``.
+    dot_id: id of the bare "." token, or None when the tokenizer has none (then number spans are
+        integer-only and decimals are weighted as separate integers).
+    """
+
+    digit_ids: tuple[int, ...]
+    dot_id: int | None
+
+    def __post_init__(self):
+        if len(self.digit_ids) != 10 or len(set(self.digit_ids)) != 10:
+            raise TokenizerDigitError(f"need ten distinct digit ids, got {self.digit_ids}")
+        if self.dot_id is not None and self.dot_id in self.digit_ids:
+            raise TokenizerDigitError("the '.' id collides with a digit id")
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _single_token_id(tokenizer, ch: str) -> int | None:
+    """Id of a vocabulary entry that decodes to exactly ``ch``, or None."""
+    vocab_id = tokenizer.convert_tokens_to_ids(ch)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if isinstance(vocab_id, int) and vocab_id != unk and tokenizer.decode([vocab_id]).strip() == ch:
+        return vocab_id
+    # Fall back to encoding the character alone; SentencePiece may prepend a "▁" token.
+    ids = [i for i in _encode(tokenizer, ch) if tokenizer.decode([i]).strip() != ""]
+    if len(ids) == 1 and tokenizer.decode(ids).strip() == ch:
+        return ids[0]
+    return None
+
+
+def digit_token_ids(tokenizer) -> DigitVocab:
+    """Return the verified digit and "." token ids of ``tokenizer``.
+
+    Raises TokenizerDigitError naming the problem when a digit has no single-token form or when
+    numbers are tokenized into multi-digit pieces (Llama-3 / GPT-2 / DeepSeek-V3 style), which the
+    digit-level losses do not support.
+    """
+    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    ids = []
+    for d in DIGITS:
+        tid = _single_token_id(tokenizer, d)
+        if tid is None:
+            raise TokenizerDigitError(
+                f"tokenizer {name!r} has no single token for the digit {d!r}; digit-level losses "
+                "(ntl, dist2, del) need one token per digit. Use a tokenizer that splits numbers "
+                "into single digits (Qwen2.5, DeepSeek-Math, Llama-2/CodeLlama, Mistral, SmolLM2) "
+                "or loss=mle."
+            )
+        ids.append(tid)
+    # Round trip inside real numbers: a tokenizer with multi-digit tokens passes the per-digit
+    # lookup above (it has "7" in its vocabulary) but never emits it inside "1234567890".
+    for probe in ("1234567890", "x 9876543210 y", "3.14159"):
+        got = _encode(tokenizer, probe)
+        digit_pieces = [tokenizer.decode([i]) for i in got if any(c.isdigit() for c in tokenizer.decode([i]))]
+        multi = [p for p in digit_pieces if sum(c.isdigit() for c in p) > 1]
+        if multi:
+            raise TokenizerDigitError(
+                f"tokenizer {name!r} merges several digits into one token (e.g. {multi[0]!r} in "
+                f"{probe!r}); the digit-level losses need one token per digit. Choose a tokenizer "
+                "with single-digit number splitting or loss=mle."
+            )
+        expected = [ids[int(c)] for c in probe if c.isdigit()]
+        seen = [i for i in got if i in ids]
+        if seen != expected:
+            raise TokenizerDigitError(
+                f"tokenizer {name!r}: digits of {probe!r} do not encode to the resolved digit ids "
+                f"{ids} (got {got}); a digit carries a prefix or is merged with other characters."
+            )
+    dot = _single_token_id(tokenizer, ".")
+    if dot is not None and dot not in _encode(tokenizer, "3.5"):
+        dot = None  # "." exists but is merged with digits in numbers; treat spans as integer-only
+    return DigitVocab(tuple(ids), dot)

@@ -1,0 +1,147 @@
+"""The digit-level losses of the paper's Table 1: MLE, NTL, DIST2 and DEL (METHOD.md).
+
+Each is ``CE + alpha * (sum over digit targets of a per-digit term) / normaliser`` where the term
+is computed in fp32 on the ``[N, 10]`` digit logits ``zd`` only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import DigitLoss
+from .digits import DigitVocab
+from .spans import DigitTargets
+
+PLACE_WEIGHTS = ("official", "none")
+
+
+class MLELoss(DigitLoss):
+    """Plain token cross-entropy. Digit statistics are still reported, so MLE runs can be compared
+    with the others on digit accuracy and digit-distribution entropy."""
+
+    name = "mle"
+
+    def __init__(self, vocab: DigitVocab, aux_normalization: str = "microbatch"):
+        super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization)
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+class NTLLoss(DigitLoss):
+    """Number Token Loss (Zausinger et al., ICML 2025) on the digit-conditional distribution p.
+
+    variant="was": ``sum_k |y - k| * p[k]`` (Wasserstein-1 between one-hot(y) and p);
+    variant="mse": ``(sum_k k * p[k] - y)^2``. Averaged over digit targets, times alpha.
+    Default alpha 0.3 is the NTL authors'; the DEL authors' baseline is alpha 0.1.
+    """
+
+    name = "ntl"
+
+    def __init__(self, vocab: DigitVocab, alpha: float = 0.3, variant: str = "was",
+                 aux_normalization: str = "microbatch"):
+        super().__init__(vocab, alpha, aux_normalization, float_spans=False)
+        if variant not in ("was", "mse"):
+            raise ValueError(f"NTL variant={variant!r}; choose 'was' or 'mse'")
+        self.variant = variant
+
+    def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
+        p = torch.softmax(zd, dim=-1)
+        k = torch.arange(10, device=zd.device, dtype=zd.dtype)
+        y = dt.values.to(zd.dtype)
+        if self.variant == "was":
+            return (p * (y.unsqueeze(1) - k).abs()).sum(-1)
+        return ((p * k).sum(-1) - y) ** 2
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, variant={self.variant!r}"
+
+
+class Dist2Loss(DigitLoss):
+    """Discretized distance loss (DIST2, Chung et al., ICLR 2026).
+
+    Soft target ``q[k] = softmax_k(-(y - k)^2 / tau)``; with ``beta`` set, ``q[y] = beta`` and the
+    other nine share ``1 - beta`` by the same distance softmax (their eq. 4). Term per digit target:
+    ``w * KL(q || p)`` with the KL summed over the ten classes and ``w = r`` the integer place
+    (units 1, tens 2, ...; "." breaks runs) or 1 with ``place_weights="none"``.
+    The DEL authors' baseline averaged the KL's ten terms (KL / 10) with coefficient 1: alpha 0.1.
+    """
+
+    name = "dist2"
+
+    def __init__(self, vocab: DigitVocab, alpha: float = 1.0, tau: float = 1.0, beta: float | None = None,
+                 place_weights: str = "official", aux_normalization: str = "microbatch"):
+        super().__init__(vocab, alpha, aux_normalization, float_spans=False)
+        if tau <= 0:
+            raise ValueError(f"DIST2 tau must be > 0, got {tau}")
+        if beta is not None and not 0.0 < beta < 1.0:
+            raise ValueError(f"DIST2 beta must be in (0, 1) or null, got {beta}")
+        if place_weights not in PLACE_WEIGHTS:
+            raise ValueError(f"place_weights={place_weights!r}; choose one of {PLACE_WEIGHTS}")
+        self.tau, self.beta, self.place_weights = float(tau), beta, place_weights
+
+    def soft_targets(self, y: torch.Tensor) -> torch.Tensor:
+        """``[N]`` long digits -> ``[N, 10]`` soft targets q."""
+        k = torch.arange(10, device=y.device, dtype=torch.float32)
+        logits = -((y.float().unsqueeze(1) - k) ** 2) / self.tau
+        if self.beta is None:
+            return torch.softmax(logits, dim=-1)
+        onehot = F.one_hot(y, 10).bool()
+        rest = torch.softmax(logits.masked_fill(onehot, float("-inf")), dim=-1)
+        return torch.where(onehot, torch.full_like(rest, self.beta), (1.0 - self.beta) * rest)
+
+    def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
+        q = self.soft_targets(dt.values)
+        logp = torch.log_softmax(zd, dim=-1)
+        kl = (q * (torch.log(q.clamp_min(1e-30)) - logp)).sum(-1)
+        w = dt.int_place if self.place_weights == "official" else torch.ones_like(kl)
+        return w * kl
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, tau={self.tau}, beta={self.beta}, place_weights={self.place_weights!r}"
+
+
+class DELLoss(DigitLoss):
+    """Digit Entropy Loss (Zheng et al., 2026).
+
+    form="code" (default; what the authors' training code computes): for every digit target i and
+    class k, ``b[i,k] = BCE(sigmoid(zd[i,k]), [k == y_i])`` weighted by ``p[i,k] = softmax(zd_i)[k]``:
+
+        DEL = alpha / (10 N) * sum_i w_i * sum_k p[i,k] * b[i,k]
+
+    form="paper": one reading of the paper's equations 7-9, whose text is ambiguous:
+    ``w_i * (-log p[i,y] + (1/10) * sum_{k != y} p[i,k])`` averaged over digit targets, times alpha.
+
+    Place weights (``place_weights="official"``): ``2r`` for integer digits, ``1.02^-(k+1)`` for
+    the k-th position after the decimal point (``float_spans=True``); with ``float_spans=False``
+    "." breaks spans (integer-only DEL). ``place_weights="none"`` sets every w to 1.
+    Official alpha: 0.01 (Qwen2.5 / DeepSeek script), 0.1 (CodeLlama / Mistral script).
+    """
+
+    name = "del"
+
+    def __init__(self, vocab: DigitVocab, alpha: float = 0.01, form: str = "code",
+                 place_weights: str = "official", float_spans: bool = True,
+                 aux_normalization: str = "microbatch"):
+        super().__init__(vocab, alpha, aux_normalization, float_spans=float_spans)
+        if form not in ("code", "paper"):
+            raise ValueError(f"DEL form={form!r}; choose 'code' or 'paper'")
+        if place_weights not in PLACE_WEIGHTS:
+            raise ValueError(f"place_weights={place_weights!r}; choose one of {PLACE_WEIGHTS}")
+        self.form, self.place_weights = form, place_weights
+
+    def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
+        w = dt.del_weight if self.place_weights == "official" else torch.ones_like(dt.del_weight)
+        onehot = F.one_hot(dt.values, 10).to(zd.dtype)
+        logp = torch.log_softmax(zd, dim=-1)
+        p = logp.exp()
+        if self.form == "code":
+            bce = F.softplus(zd) - onehot * zd  # = BCE(sigmoid(z), onehot), stable for any z
+            return w * (p * bce).sum(-1) / 10.0
+        nll = -(logp * onehot).sum(-1)
+        off_target = (p * (1.0 - onehot)).sum(-1)
+        return w * (nll + off_target / 10.0)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, form={self.form!r}, place_weights={self.place_weights!r}")

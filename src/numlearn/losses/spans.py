@@ -1,0 +1,139 @@
+"""Number spans and place weights, vectorised over the whole batch.
+
+A number span is a maximal run of consecutive target positions whose tokens are digits or "."
+inside one sequence (METHOD.md). Runs never cross a row boundary or an ignored (-100) position,
+because both break the run. Everything below is tensor arithmetic on ``[B, T]`` index tensors;
+there is no Python loop over spans, tokens or rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .digits import DigitVocab
+
+IGNORE_INDEX = -100
+# Decay of fractional-digit weights in DEL's floating-point generalisation: w = FRACTION_DECAY^-(k+1).
+FRACTION_DECAY = 1.02
+
+
+@dataclass
+class DigitTargets:
+    """Digit target positions of a batch, flattened in row-major ``B*T`` order.
+
+    rows:       [N] long, flat index (b * T + t) of each digit target.
+    values:     [N] long, the target digit 0..9.
+    del_weight: [N] float32, DEL place weight (``2r`` for integer digits, ``1.02^-(k+1)`` for the
+                k-th position after the decimal point; METHOD.md).
+    int_place:  [N] float32, place ``r`` (units 1, tens 2, ...) within a run of digits where "."
+                breaks the run -- DIST2's integer place weight.
+    """
+
+    rows: torch.Tensor
+    values: torch.Tensor
+    del_weight: torch.Tensor
+    int_place: torch.Tensor
+
+    @property
+    def count(self) -> int:
+        return int(self.rows.numel())
+
+
+def shift_targets(labels: torch.Tensor) -> torch.Tensor:
+    """``[B, T]`` unshifted labels -> ``[B, T]`` targets, position t predicting label t+1.
+
+    The last position gets IGNORE_INDEX, as in Hugging Face's causal-LM loss; shifting the labels
+    instead of the logits avoids a copy of the ``[B, T, V]`` logits.
+    """
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+
+
+def _run_bounds(member: torch.Tensor, flat_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each position of a run of True values along dim 1: flat index of the run's first and
+    last position. Values at non-member positions are meaningless."""
+    prev = F.pad(member[:, :-1], (1, 0), value=False)
+    nxt = F.pad(member[:, 1:], (0, 1), value=False)
+    start = torch.where(member & ~prev, flat_idx, torch.full_like(flat_idx, -1))
+    end = torch.where(member & ~nxt, flat_idx, torch.full_like(flat_idx, torch.iinfo(flat_idx.dtype).max))
+    first = torch.cummax(start, dim=1).values
+    last = torch.cummin(end.flip(1), dim=1).values.flip(1)
+    return first, last
+
+
+def digit_values(targets: torch.Tensor, vocab: DigitVocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[B, T]`` targets -> (is_digit [B, T] bool, value [B, T] long; 0 where not a digit)."""
+    ids = torch.as_tensor(vocab.digit_ids, device=targets.device)
+    eq = targets.unsqueeze(-1) == ids  # [B, T, 10], small
+    return eq.any(-1), eq.to(torch.int8).argmax(-1).long()
+
+
+def number_spans(
+    targets: torch.Tensor,
+    vocab: DigitVocab,
+    float_spans: bool = True,
+) -> DigitTargets:
+    """Locate digit targets and their place weights.
+
+    targets: ``[B, T]`` long, already shifted (see ``shift_targets``), IGNORE_INDEX where not trained.
+    float_spans: True -> "." inside a run joins integer and fraction (DEL's floating-point
+        spans); False -> "." breaks runs, so every digit run is weighted as an integer.
+
+    Weights (METHOD.md): a span with its first "." at offset d > 0 gives integer digits
+    ``2 * (d - offset)`` and the k-th position after the point ``1.02^-(k+1)`` (later "." tokens
+    count as positions); a span without such a point gives ``2 * r`` with r counted in positions
+    from the span's right end. A sentence-final "." after a number is a point at the end, so the
+    integer weights are unchanged.
+    """
+    B, T = targets.shape
+    is_digit, value = digit_values(targets, vocab)
+    flat_idx = torch.arange(B * T, device=targets.device).view(B, T)
+
+    # DIST2: "." always breaks a run; r counted from the run's right end.
+    _, d_last = _run_bounds(is_digit, flat_idx)
+    int_place = (d_last - flat_idx + 1).float()
+
+    if float_spans and vocab.dot_id is not None:
+        is_dot = targets == vocab.dot_id
+        member = is_digit | is_dot
+        s_first, s_last = _run_bounds(member, flat_idx)
+        point_here = is_dot & member
+        # First point of each span: a reverse cumulative min of point positions, restarted at each
+        # span end, is the same as "next point at or after t" clipped to the span.
+        big = torch.iinfo(flat_idx.dtype).max
+        pt = torch.where(point_here, flat_idx, torch.full_like(flat_idx, big))
+        next_pt = torch.cummin(pt.flip(1), dim=1).values.flip(1)
+        # the first point of the span is the next point after the span start
+        first_pt = torch.gather(next_pt, 1, (s_first - flat_idx[:, :1]).clamp(0, T - 1))
+        # a span whose first "." is its first token (".25") has no decimal point
+        has_pt = member & (first_pt <= s_last) & (first_pt > s_first)
+        k = (flat_idx - first_pt).clamp_min(1).float()
+        del_w = torch.where(
+            has_pt,
+            torch.where(
+                flat_idx < first_pt,
+                2.0 * (first_pt - flat_idx).float(),
+                FRACTION_DECAY ** (-(k + 1.0)),
+            ),
+            2.0 * (s_last - flat_idx + 1).float(),
+        )
+    else:
+        del_w = 2.0 * int_place
+
+    mask = is_digit.reshape(-1)
+    rows = torch.nonzero(mask, as_tuple=False).squeeze(-1)
+    return DigitTargets(
+        rows=rows,
+        values=value.reshape(-1)[rows],
+        del_weight=del_w.reshape(-1)[rows].float(),
+        int_place=int_place.reshape(-1)[rows],
+    )
+
+
+def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab) -> int:
+    """Number of digit targets in unshifted ``[B, T]`` labels: pass the sum over a whole optimizer
+    step as ``num_digits_in_batch`` to get step-normalised numeric terms in your own loop."""
+    is_digit, _ = digit_values(shift_targets(labels), vocab)
+    return int(is_digit.sum())

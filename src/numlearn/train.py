@@ -1,0 +1,38 @@
+"""Hydra entry point: ``python -m numlearn.train [group=choice ...] [key=value ...]``.
+
+Examples::
+
+    python -m numlearn.train                                  # tiny model, synthetic data, MLE
+    python -m numlearn.train loss=del loss.alpha=0.03
+    python -m numlearn.train -m loss=del loss.alpha=0.003,0.01,0.03,0.1   # sweep, one run dir each
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from numlearn.cli import check_group_overrides, conf_dir, fail
+
+
+@hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
+def _main(cfg: DictConfig) -> None:
+    from numlearn.data.sources import DataError
+    from numlearn.losses import TokenizerDigitError
+    from numlearn.training.run import train
+
+    try:
+        train(cfg)
+    except (DataError, TokenizerDigitError, FileNotFoundError) as e:
+        fail("numlearn.train", e)
+
+
+def main() -> None:
+    check_group_overrides(sys.argv, "numlearn.train")
+    _main()
+
+
+if __name__ == "__main__":
+    main()

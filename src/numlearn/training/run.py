@@ -1,0 +1,207 @@
+"""``train(cfg)``: one fine-tuning run from a composed config, writing a self-describing run dir.
+
+Run dir layout::
+
+    <run_dir>/config.yaml        resolved config
+    <run_dir>/run.json           provenance, data report, effective weight of the numeric term, status
+    <run_dir>/metrics.jsonl      every log record (loss, loss/ce, loss/aux, digit accuracy, entropy)
+    <run_dir>/checkpoints/       Trainer checkpoints (resume point)
+    <run_dir>/final/             model + tokenizer (what evaluation loads)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from numlearn.provenance import provenance
+
+log = logging.getLogger(__name__)
+
+
+def _abs(p) -> Path:
+    return Path(str(p)).expanduser().resolve()
+
+
+def loss_options(loss_cfg) -> dict:
+    """Keyword arguments of ``build_loss`` from a ``conf/loss`` node (all keys but ``name``)."""
+    return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k != "name"}
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_size: int = 32) -> dict:
+    """Teacher-forced CE, digit accuracy and digit entropy on held-out records."""
+    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.losses import digit_view
+
+    if getattr(loss_fn, "vocab", None) is None:
+        return {}
+    feats, _ = tokenize_records(records, tokenizer, max_length)
+    coll = PadCollator(tokenizer.pad_token_id)
+    model.eval()
+    tot_ce = tot_tok = 0.0
+    correct = n_dig = ent = 0.0
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        for i in range(0, len(feats), batch_size):
+            b = {k: v.to(dev) for k, v in coll(feats[i : i + batch_size]).items()}
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            t = torch.nn.functional.pad(b["labels"][:, 1:], (0, 1), value=-100)
+            ce = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum")
+            tot_ce += float(ce)
+            tot_tok += float((t != -100).sum())
+            zd, dt = digit_view(logits, b["labels"], loss_fn.vocab)
+            if dt.count:
+                correct += float((zd.argmax(-1) == dt.values).sum())
+                logp = torch.log_softmax(zd, -1)
+                ent += float(-(logp.exp() * logp).sum())
+                n_dig += dt.count
+    model.train()
+    return {"ce": tot_ce / max(tot_tok, 1), "digit_acc": correct / max(n_dig, 1),
+            "digit_entropy": ent / max(n_dig, 1), "n_digits": int(n_dig), "n_examples": len(feats)}
+
+
+def train(cfg: DictConfig) -> Path:
+    from transformers import TrainingArguments, set_seed
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.data.prompts import TemplateSampler, format_prompt
+    from numlearn.data.sources import load_source, read_records
+    from numlearn.data.synthetic import ensure_synthetic
+    from numlearn.losses import build_loss
+    from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
+    from numlearn.training.model import build_model, build_tokenizer
+
+    tcfg = cfg.train
+    if tcfg.get("torch_threads"):
+        torch.set_num_threads(int(tcfg.torch_threads))
+    run_dir = _abs(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final_dir = run_dir / "final"
+    meta_path = run_dir / "run.json"
+    if (final_dir / "config.json").exists() and meta_path.exists() and \
+            json.loads(meta_path.read_text()).get("status") == "complete" and not cfg.get("force", False):
+        log.info("run already complete: %s (force=true to retrain)", run_dir)
+        print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
+        return run_dir
+
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    set_seed(int(cfg.seed))
+    data_root = _abs(cfg.paths.data_dir)
+    cache_dir = _abs(cfg.paths.cache_dir)
+    records = load_source(cfg.data, data_root, cache_dir)
+    if not records:
+        raise ValueError(f"data config {cfg.data.name!r} produced no training records")
+
+    def corpus():
+        return [format_prompt(r["instruction"]) + r["output"] for r in records]
+
+    tokenizer = build_tokenizer(cfg.model, corpus, cache_dir, _abs(cfg.paths.root_dir))
+    model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed))
+    if tcfg.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable()
+    loss_fn = build_loss(cfg.loss.name, tokenizer, model=model, **loss_options(cfg.loss))
+    feats, report = tokenize_records(records, tokenizer, int(tcfg.max_length),
+                                     TemplateSampler(cfg.data.get("template", "fixed"), int(cfg.seed)))
+    log.info("data: %s", report.as_dict())
+    if report.n_truncated:
+        print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
+              f"max_length={tcfg.max_length}", flush=True)
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    accum = int(tcfg.gradient_accumulation_steps)
+    eff = loss_fn.effective_weight(accum, world) if hasattr(loss_fn, "effective_weight") else None
+    meta = {
+        "status": "running", "experiment": cfg.experiment_name, "model": cfg.model.name, "loss": cfg.loss.name,
+        "alpha": cfg.loss.get("alpha"), "seed": int(cfg.seed), "run_dir": str(run_dir),
+        "loss_repr": repr(loss_fn),
+        "aux_effective_weight": eff,
+        "aux_effective_weight_note": "weight of the numeric term relative to a per-step mean over digit "
+                                     "targets: alpha * grad_accum * world_size for aux_normalization="
+                                     "microbatch (official scripts), alpha for step",
+        "grad_accum": accum, "world_size": world,
+        "data": {"name": cfg.data.name, **report.as_dict()},
+        "n_params": sum(p.numel() for p in model.parameters()),
+        **provenance(),
+    }
+    _write_json(meta_path, meta)
+
+    if cfg.logger.name == "wandb":
+        from numlearn.training.wandb_logger import init_wandb
+
+        init_wandb(cfg, run_dir)
+    use_cuda = torch.cuda.is_available()
+    args = TrainingArguments(
+        output_dir=str(run_dir / "checkpoints"),
+        per_device_train_batch_size=int(tcfg.per_device_train_batch_size),
+        gradient_accumulation_steps=accum,
+        learning_rate=float(tcfg.learning_rate),
+        lr_scheduler_type=tcfg.lr_scheduler_type,
+        warmup_steps=float(tcfg.warmup_ratio),
+        weight_decay=float(tcfg.weight_decay),
+        adam_beta2=float(tcfg.get("adam_beta2", 0.999)),
+        max_grad_norm=float(tcfg.get("max_grad_norm", 1.0)),
+        num_train_epochs=float(tcfg.num_train_epochs),
+        max_steps=int(tcfg.get("max_steps") or -1),
+        logging_steps=int(tcfg.logging_steps),
+        save_strategy="steps",
+        save_steps=int(tcfg.save_steps),
+        save_total_limit=int(tcfg.get("save_total_limit", 2)),
+        bf16=bool(tcfg.get("bf16", False)) and use_cuda,
+        seed=int(cfg.seed),
+        data_seed=int(cfg.seed),
+        report_to=["wandb"] if cfg.logger.name == "wandb" else [],
+        run_name=str(cfg.get("run_name") or run_dir.name),
+        dataloader_num_workers=int(tcfg.get("dataloader_num_workers", 0)),
+        remove_unused_columns=False,
+        disable_tqdm=bool(tcfg.get("disable_tqdm", False)),
+        use_cpu=not use_cuda,
+        fsdp=tcfg.get("fsdp") or "",
+        fsdp_config=OmegaConf.to_container(tcfg.fsdp_config, resolve=True) if tcfg.get("fsdp_config") else None,
+        gradient_checkpointing=bool(tcfg.get("gradient_checkpointing", False)),
+        average_tokens_across_devices=True,
+    )
+    bridge = LossBridge(loss_fn)
+    trainer = NumlearnTrainer(
+        model=model, args=args, train_dataset=feats, data_collator=PadCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer, loss_bridge=bridge,
+        callbacks=[MetricsJSONL(run_dir / "metrics.jsonl"), ProgressPrinter()],
+    )
+    last = get_last_checkpoint(str(run_dir / "checkpoints")) if (run_dir / "checkpoints").exists() else None
+    if last:
+        print(f"[numlearn.train] resuming from {last}", flush=True)
+    t0 = time.time()
+    try:
+        result = trainer.train(resume_from_checkpoint=last)
+        trainer.save_model(str(final_dir))
+        tokenizer.save_pretrained(str(final_dir))
+        held = {}
+        hcfg = cfg.data.get("heldout")
+        if hcfg and trainer.is_world_process_zero():
+            if cfg.data.source == "synthetic":
+                path = ensure_synthetic(cache_dir, 0, int(hcfg.n), 0, int(cfg.data.get("seed", 0)))["test"]
+                recs = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
+                held = heldout_metrics(model, tokenizer, recs, loss_fn, int(tcfg.max_length))
+        meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2),
+                    train_metrics=result.metrics, heldout=held, global_step=trainer.state.global_step)
+        if trainer.is_world_process_zero():
+            _write_json(meta_path, meta)
+            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
+    finally:
+        if cfg.logger.name == "wandb":
+            import wandb
+
+            wandb.finish()
+    return run_dir

@@ -1,0 +1,75 @@
+"""Shared fixtures. Tests run with one torch thread (two busy processes on two cores slow each
+other badly) and never touch the network."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("NUMLEARN_SHARED_DIR", REPO.parent / "shared"))
+DATA_DIR = Path(os.environ.get("NUMLEARN_DATA_DIR", SHARED / "data"))
+TOKENIZERS = SHARED / "assets" / "tokenizers"
+
+
+def _need(path: Path, what: str):
+    if not path.exists():
+        pytest.skip(f"{what} not found at {path}: these tests need the shared/ folder beside the repo "
+                    "(CI has it; set NUMLEARN_SHARED_DIR to point at a copy)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_tokenizers() -> Path:
+    return _need(TOKENIZERS, "shared tokenizers")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return _need(DATA_DIR / "benchmarks", "shared benchmark data").parent
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(shared_tokenizers):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(shared_tokenizers / "qwen2.5")
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer():
+    """A locally built tokenizer, one token per character: "0".."9" are ids 0..9, "." is 10."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list("0123456789.") + list("abcdefghijklmnopqrstuvwxyz ,=+-*$") + ["\n"]
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab["<eos>"] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory):
+    """The embedded default tokenizer, fitted to a small synthetic corpus."""
+    from numlearn.data.prompts import format_prompt
+    from numlearn.data.sources import synthetic_records
+    from numlearn.data.tokenizer import cached_tokenizer
+
+    cache = tmp_path_factory.mktemp("cache")
+    recs = synthetic_records(cache, 400, seed=0)
+    return cached_tokenizer([format_prompt(r["instruction"]) + r["output"] for r in recs], cache, 400)

@@ -1,0 +1,356 @@
+"""The loss library: hand-computed values, METHOD.md's worked examples, gradients, edge cases,
+gradient accumulation, agreement with the reference ``ntloss`` package."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from numlearn.losses import (
+    DELLoss, DigitVocab, Dist2Loss, IGNORE_INDEX, MLELoss, NTLLoss, TokenizerDigitError, build_loss,
+    count_digit_targets, digit_token_ids, number_spans, shift_targets,
+)
+
+VOCAB = DigitVocab(tuple(range(10)), 10)  # char tokenizer layout: digit k has id k, "." is 10
+V = 12
+
+
+def _labels(*rows):
+    return torch.tensor(rows, dtype=torch.long)
+
+
+# ---------------------------------------------------------------- digit ids
+ASSET_IDS = {
+    "qwen2.5": (tuple(range(15, 25)), 13),
+    "deepseek-llm": (tuple(range(15, 25)), 13),
+    "llama2-spm": ((29900, 29896, 29906, 29941, 29946, 29945, 29953, 29955, 29947, 29929), 29889),
+    "mistral-v1": ((28734, 28740, 28750, 28770, 28781, 28782, 28784, 28787, 28783, 28774), 28723),
+    "smollm2": (tuple(range(32, 42)), 30),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ASSET_IDS))
+def test_digit_ids_of_real_tokenizers(shared_tokenizers, name):
+    from transformers import AutoTokenizer
+
+    v = digit_token_ids(AutoTokenizer.from_pretrained(shared_tokenizers / name))
+    assert (v.digit_ids, v.dot_id) == ASSET_IDS[name]
+
+
+def test_digit_ids_of_tiny_and_char_tokenizers(tiny_tokenizer, char_tokenizer):
+    v = digit_token_ids(tiny_tokenizer)
+    assert [tiny_tokenizer.decode([i]) for i in v.digit_ids] == list("0123456789")
+    assert tiny_tokenizer.decode([v.dot_id]) == "."
+    assert digit_token_ids(char_tokenizer) == VOCAB
+
+
+def test_multi_digit_tokenizer_is_refused():
+    # A GPT-2-style BPE without digit splitting learns "12", "123", ... as single tokens.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(["1234567890 9876543210 12 123 3.14159 " * 50] * 20, trainer=tr)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="1")
+    with pytest.raises(TokenizerDigitError, match="merges several digits"):
+        digit_token_ids(fast)
+    with pytest.raises(TokenizerDigitError):
+        build_loss("del", fast)
+
+
+def test_build_loss_errors(char_tokenizer):
+    with pytest.raises(ValueError, match=r"unknown loss 'nope'.*del.*mle"):
+        build_loss("nope", char_tokenizer)
+    with pytest.raises(ValueError, match="unknown option"):
+        build_loss("del", char_tokenizer, alpah=0.1)
+    with pytest.raises(ValueError, match="no weight alpha"):
+        build_loss("mle", char_tokenizer, alpha=0.5)
+    with pytest.raises(ValueError, match="needs the model's output embedding"):
+        build_loss("emo", char_tokenizer)
+    assert isinstance(build_loss("mle", char_tokenizer, alpha=0.0), MLELoss)
+
+
+# ---------------------------------------------------------------- spans and weights
+def _weights(tok, text, float_spans=True):
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    labels = torch.tensor([[IGNORE_INDEX] + ids])
+    v = digit_token_ids(tok)
+    dt = number_spans(shift_targets(labels), v, float_spans)
+    return [tok.decode([ids[i]]) for i in dt.rows.tolist()], [round(w, 4) for w in dt.del_weight.tolist()], \
+        dt.int_place.tolist()
+
+
+@pytest.mark.parametrize("text,digits,weights", [
+    ("100", "100", [6, 4, 2]),
+    ("12345", "12345", [10, 8, 6, 4, 2]),
+    ("3.14159", "314159", [2, 0.9612, 0.9423, 0.9238, 0.9057, 0.888]),
+    ("0.5", "05", [2, 0.9612]),
+    ("10.", "10", [4, 2]),
+    (".25", "25", [4, 2]),  # a leading "." is no decimal point
+])
+def test_method_md_worked_examples(char_tokenizer, text, digits, weights):
+    got_digits, got_w, _ = _weights(char_tokenizer, text)
+    assert "".join(got_digits) == digits
+    assert got_w == pytest.approx(weights, abs=1e-4)
+
+
+def test_worked_examples_with_real_tokenizer(qwen_tokenizer):
+    d, w, r = _weights(qwen_tokenizer, "Pay 3.14159 now, then 100 and 0.5.")
+    assert "".join(d) == "3141591000" + "5"
+    assert w == pytest.approx([2, .9612, .9423, .9238, .9057, .888, 6, 4, 2, 2, .9612], abs=1e-4)
+    # DIST2's integer places: "." breaks runs
+    assert r == [1, 5, 4, 3, 2, 1, 3, 2, 1, 1, 1]
+
+
+def test_sentence_final_period_keeps_integer_weights(qwen_tokenizer):
+    _, with_dot, _ = _weights(qwen_tokenizer, "The answer is 1,024.")
+    _, without, _ = _weights(qwen_tokenizer, "The answer is 1,024")
+    assert with_dot == without == [2, 6, 4, 2]
+
+
+def test_float_spans_false_breaks_at_point(char_tokenizer):
+    _, w, _ = _weights(char_tokenizer, "3.14", float_spans=False)
+    assert w == [2, 4, 2]
+
+
+def test_spans_never_cross_rows_or_masked_gaps():
+    # row 0 ends with "12", row 1 starts with "34": two separate numbers
+    labels = _labels([11, 11, 1, 2], [3, 4, 11, 11])
+    dt = number_spans(shift_targets(labels), VOCAB)
+    # targets: row0 -> [11, 1, 2, -100], row1 -> [4, 11, 11, -100] (label 3 at t=0 is never a target)
+    assert dt.values.tolist() == [1, 2, 4]
+    assert dt.del_weight.tolist() == [4, 2, 2]
+    # a masked position splits "12" | "34" inside one row
+    labels = _labels([11, 1, 2, IGNORE_INDEX, 3, 4])
+    dt = number_spans(shift_targets(labels), VOCAB)
+    assert dt.del_weight.tolist() == [4, 2, 4, 2]
+
+
+# ---------------------------------------------------------------- hand-computed values
+def _uniform_case():
+    """Zero logits over V=12; labels [pad, 3, 11, 11]: targets at t=0..2 are 3 (digit), 11, 11."""
+    logits = torch.zeros(1, 4, V, requires_grad=True)
+    labels = _labels([IGNORE_INDEX, 3, 11, 11])
+    return logits, labels
+
+
+def test_mle_value():
+    logits, labels = _uniform_case()
+    out = MLELoss(VOCAB)(logits, labels)
+    assert out.loss.item() == pytest.approx(math.log(12), rel=1e-6)
+    assert out.aux.item() == 0.0
+    assert out.stats["n_digits"].item() == 1
+    assert out.stats["digit_entropy"].item() == pytest.approx(math.log(10), rel=1e-6)
+
+
+def test_ntl_was_and_mse_values():
+    logits, labels = _uniform_case()
+    # uniform p over 0..9, y = 3: sum |3-k| / 10 = 27 / 10
+    out = NTLLoss(VOCAB, alpha=0.5)(logits, labels)
+    assert out.aux.item() == pytest.approx(0.5 * 2.7, rel=1e-6)
+    assert out.loss.item() == pytest.approx(math.log(12) + 1.35, rel=1e-6)
+    out = NTLLoss(VOCAB, alpha=1.0, variant="mse")(logits, labels)
+    assert out.aux.item() == pytest.approx((4.5 - 3) ** 2, rel=1e-6)
+
+
+def test_dist2_value():
+    logits, labels = _uniform_case()
+    q = [math.exp(-((3 - k) ** 2)) for k in range(10)]
+    z = sum(q)
+    q = [x / z for x in q]
+    kl = sum(x * (math.log(x) - math.log(0.1)) for x in q)  # KL(q || uniform), summed over classes
+    out = Dist2Loss(VOCAB, alpha=0.1)(logits, labels)
+    assert out.aux.item() == pytest.approx(0.1 * 1 * kl, rel=1e-5)  # w = 1 (units digit)
+
+
+def test_dist2_beta_target_mass():
+    q = Dist2Loss(VOCAB, beta=0.6).soft_targets(torch.tensor([3]))
+    assert q[0, 3].item() == pytest.approx(0.6)
+    assert q.sum().item() == pytest.approx(1.0)
+    assert q[0, 2].item() == pytest.approx(q[0, 4].item())
+
+
+def test_del_code_and_paper_values():
+    logits, labels = _uniform_case()
+    # p = 0.1 and BCE(sigmoid(0), .) = ln 2 for every class: sum_k p b = ln 2; w = 2 (units)
+    out = DELLoss(VOCAB, alpha=0.01)(logits, labels)
+    assert out.aux.item() == pytest.approx(0.01 / 10 * 2 * math.log(2), rel=1e-6)
+    out = DELLoss(VOCAB, alpha=0.01, form="paper")(logits, labels)
+    assert out.aux.item() == pytest.approx(0.01 * 2 * (math.log(10) + 0.9 / 10), rel=1e-6)
+    out = DELLoss(VOCAB, alpha=0.01, place_weights="none")(logits, labels)
+    assert out.aux.item() == pytest.approx(0.01 / 10 * math.log(2), rel=1e-6)
+
+
+def test_del_hand_example_nonuniform():
+    # one digit target y=1 with digit logits z = [0, ln 3, 0, ..., 0]  ->  p[1] = 3/12, others 1/12
+    logits = torch.zeros(1, 2, V)
+    logits[0, 0, 1] = math.log(3)
+    labels = _labels([IGNORE_INDEX, 1])
+    sp = lambda x: math.log1p(math.exp(x))  # noqa: E731
+    term = (3 / 12) * (sp(math.log(3)) - math.log(3)) + 9 * (1 / 12) * sp(0.0)
+    out = DELLoss(VOCAB, alpha=1.0)(logits, labels)
+    assert out.aux.item() == pytest.approx(2 * term / 10, rel=1e-6)
+
+
+def test_mixce_value(char_tokenizer):
+    logits, labels = _uniform_case()
+    ce = math.log(12)
+    out = build_loss("mixce", char_tokenizer)(logits, labels)
+    # 3 target tokens, all with ce = ln 12 and p_y = 1/12
+    assert out.loss.item() == pytest.approx(0.5 * ce + 0.5 * ce / 12, rel=1e-6)
+    assert out.ce.item() == pytest.approx(ce, rel=1e-6)
+
+
+def test_emo_runs_and_matches_formula(char_tokenizer):
+    torch.manual_seed(0)
+    E = torch.randn(V, 8)
+    loss = build_loss("emo", char_tokenizer, output_embeddings=E)
+    logits = torch.randn(2, 5, V, requires_grad=True)
+    labels = torch.randint(0, V, (2, 5))
+    out = loss(logits, labels)
+    out.loss.backward()
+    assert torch.isfinite(logits.grad).all()
+    t = shift_targets(labels).reshape(-1)
+    keep = t != IGNORE_INDEX
+    q = torch.softmax(logits.detach().reshape(-1, V)[keep], -1)
+    En = E / E.norm(dim=-1, keepdim=True)
+    y = t[keep]
+    emo = (1 - ((q * (1 - F.one_hot(y, V))) @ En * En[y]).sum(-1)).mean()
+    ce = F.cross_entropy(logits.detach().reshape(-1, V)[keep], y)
+    assert out.loss.item() == pytest.approx(ce.item(), rel=1e-5)  # 0.5 * (ce + (ce/emo) * emo) == ce
+    assert emo.item() > 0
+
+
+# ---------------------------------------------------------------- gradients and robustness
+@pytest.mark.parametrize("name,kw", [("mle", {}), ("ntl", {"alpha": 0.3}), ("ntl", {"variant": "mse"}),
+                                     ("dist2", {"alpha": 0.5}), ("del", {"alpha": 0.7}),
+                                     ("del", {"form": "paper", "alpha": 0.2}),
+                                     ("del", {"float_spans": False})])
+def test_fused_gradient_equals_plain_autograd(char_tokenizer, name, kw):
+    torch.manual_seed(1)
+    fn = build_loss(name, char_tokenizer, **kw)
+    Vc = len(char_tokenizer)
+    labels = torch.randint(0, 14, (3, 9))
+    labels[0, :4] = IGNORE_INDEX
+    x = torch.randn(3, 9, Vc, dtype=torch.float32, requires_grad=True)
+    out = fn(x, labels)
+    out.loss.backward()
+    x2 = x.detach().clone().requires_grad_()
+    t = shift_targets(labels).reshape(-1)
+    ref = F.cross_entropy(x2.reshape(-1, Vc), t, ignore_index=IGNORE_INDEX)
+    if fn.alpha > 0:
+        dt = number_spans(shift_targets(labels), fn.vocab, fn.float_spans)
+        zd = x2.reshape(-1, Vc)[dt.rows][:, list(fn.vocab.digit_ids)]
+        ref = ref + fn.alpha * fn.digit_term(zd, dt).sum() / max(dt.count, 1)
+    ref.backward()
+    assert out.loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["ntl", "dist2", "del"])
+def test_no_digit_gives_exact_zero_and_backward_works(char_tokenizer, name):
+    logits = torch.randn(2, 5, len(char_tokenizer), requires_grad=True)
+    labels = torch.full((2, 5), 20)  # letters only
+    out = build_loss(name, char_tokenizer, alpha=1.0)(logits, labels)
+    assert out.aux.item() == 0.0
+    out.loss.backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize("name", ["mle", "ntl", "dist2", "del", "mixce"])
+def test_extreme_logits_are_nan_free(char_tokenizer, name):
+    Vc = len(char_tokenizer)
+    logits = torch.full((2, 6, Vc), -1e4)
+    logits[..., 3] = 1e4
+    logits[1, :, 7] = 3e4
+    logits.requires_grad_()
+    labels = torch.tensor([[1, 2, 3, 10, 4, 5], [9, 9, 9, 9, 9, 9]])
+    for form in (["code", "paper"] if name == "del" else [None]):
+        kw = {"alpha": 1.0} if name in ("ntl", "dist2", "del") else {}
+        if form:
+            kw["form"] = form
+        out = build_loss(name, char_tokenizer, **kw)(logits, labels)
+        assert torch.isfinite(out.loss)
+        (g,) = torch.autograd.grad(out.loss, logits)
+        assert torch.isfinite(g).all()
+
+
+def test_bf16_logits(char_tokenizer):
+    torch.manual_seed(2)
+    Vc = len(char_tokenizer)
+    x32 = torch.randn(2, 8, Vc)
+    labels = torch.randint(0, 12, (2, 8))
+    fn = build_loss("del", char_tokenizer, alpha=1.0)
+    xb = x32.to(torch.bfloat16).requires_grad_()
+    out_b = fn(xb, labels)
+    out_b.loss.backward()
+    assert xb.grad.dtype == torch.bfloat16
+    assert out_b.aux.dtype == torch.float32
+    out_f = fn(xb.detach().float(), labels)
+    assert out_b.loss.item() == pytest.approx(out_f.loss.item(), rel=1e-5)
+
+
+# ---------------------------------------------------------------- normalisation across micro-batches
+def _accumulate(fn, logits, labels, splits, step: bool):
+    n_items = int((shift_targets(labels) != IGNORE_INDEX).sum())
+    n_digits = count_digit_targets(labels, fn.vocab)
+    x = logits.detach().clone().requires_grad_()
+    total = 0.0
+    for idx in splits:
+        out = fn(x[idx], labels[idx], num_items_in_batch=n_items if step else None,
+                 num_digits_in_batch=n_digits if step else None)
+        out.loss.backward()
+        total += out.loss.item()
+    return total, x.grad
+
+
+@pytest.mark.parametrize("name", ["ntl", "dist2", "del"])
+def test_step_normalisation_is_invariant_to_micro_batching(char_tokenizer, name):
+    torch.manual_seed(3)
+    fn = build_loss(name, char_tokenizer, alpha=0.5, aux_normalization="step")
+    logits = torch.randn(4, 10, len(char_tokenizer))
+    labels = torch.randint(0, 14, (4, 10))
+    labels[:, :3] = IGNORE_INDEX
+    labels[2] = 20  # a row without digits changes per-micro-batch digit counts
+    full, g_full = _accumulate(fn, logits, labels, [slice(0, 4)], step=True)
+    parts, g_parts = _accumulate(fn, logits, labels, [slice(i, i + 1) for i in range(4)], step=True)
+    assert parts == pytest.approx(full, rel=1e-5)
+    torch.testing.assert_close(g_parts, g_full, rtol=1e-5, atol=1e-7)
+
+
+def test_microbatch_normalisation_reproduces_official_scaling(char_tokenizer):
+    torch.manual_seed(4)
+    fn = build_loss("del", char_tokenizer, alpha=0.5, aux_normalization="microbatch")
+    logits = torch.randn(4, 10, len(char_tokenizer))
+    labels = torch.randint(0, 10, (4, 10))  # digits everywhere
+    # official: per-micro-batch DEL mean, summed over 4 accumulation steps
+    per_micro = [fn(logits[i : i + 1], labels[i : i + 1]).aux.item() for i in range(4)]
+    n_items = int((shift_targets(labels) != IGNORE_INDEX).sum())
+    total_aux = sum(fn(logits[i : i + 1], labels[i : i + 1], num_items_in_batch=n_items).aux.item() for i in range(4))
+    assert total_aux == pytest.approx(sum(per_micro))
+    one_batch = fn(logits, labels).aux.item()
+    assert total_aux == pytest.approx(4 * one_batch, rel=0.2)  # effective weight ~ alpha * accumulation
+    assert fn.effective_weight(grad_accum=4, world_size=2) == pytest.approx(0.5 * 8)
+
+
+# ---------------------------------------------------------------- reference implementation
+def test_ntl_was_agrees_with_ntloss_package(char_tokenizer):
+    ntloss = pytest.importorskip("ntloss")
+    torch.manual_seed(5)
+    Vc = len(char_tokenizer)
+    ref = ntloss.NTLoss(char_tokenizer, vocab_size=Vc, reweigh=False)
+    ours = build_loss("ntl", char_tokenizer, alpha=1.0)
+    for _ in range(5):
+        logits = torch.randn(3, 12, Vc) * 3
+        labels = torch.randint(0, 20, (3, 12))
+        labels[0, :5] = IGNORE_INDEX
+        t = shift_targets(labels)
+        expected = ref(logits, t)  # ntloss takes already-aligned labels
+        got = ours(logits, labels).aux
+        assert got.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
