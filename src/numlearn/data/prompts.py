@@ -41,3 +41,9 @@ class TemplateSampler:
         if self.mode == "fixed":
             return format_prompt(query)
         return format_prompt(query, self._rng.choice(ALPACA_VARIANTS))
+
+
+def template_phrases(template: str = ALPACA) -> tuple[str, ...]:
+    """The constant pieces of a prompt template around ``{query}``, plus the PoT suffix."""
+    head, tail = template.split("{query}")
+    return head, tail, POT_SUFFIX

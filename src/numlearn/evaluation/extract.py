@@ -130,8 +130,9 @@ def normalize_math(s: str) -> str:
     s = s.replace("\\!", "").replace("\\\\", "\\").replace("tfrac", "frac").replace("dfrac", "frac")
     s = s.replace("\\left", "").replace("\\right", "")
     s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "").replace("$", "")
-    s = re.sub(r"\\text\{\s*[a-zA-Z ]*\}$", "", s).strip()
-    s = re.sub(r"\\mbox\{\s*[a-zA-Z ]*\}$", "", s).strip()
+    # units after a value ("10\text{ cm}") go; a bare text answer ("\text{Evelyn}") is unwrapped
+    s = re.sub(r"(?<=[\d}])\s*\\(?:text|mbox)\{\s*[a-zA-Z ]*\}$", "", s).strip()
+    s = re.sub(r"^\\(?:text|textbf|mbox)\{([^{}]*)\}$", r"\1", s).strip()
     s = s.replace("\\%", "").replace("%", "")
     s = s.replace(" .", " 0.").replace("{.", "{0.")
     if s.startswith("."):

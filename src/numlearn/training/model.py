@@ -38,7 +38,10 @@ def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path):
     if src in (None, "", "same"):
         src = model_cfg.name_or_path
     if src == "synthetic_bpe":
-        return cached_tokenizer(corpus_fn(), cache_dir, int(model_cfg.get("vocab_size", 768)))
+        from numlearn.data.prompts import template_phrases
+
+        phrases = template_phrases() if model_cfg.get("template_tokens", False) else ()
+        return cached_tokenizer(corpus_fn(), cache_dir, int(model_cfg.get("vocab_size", 768)), phrases)
     p = Path(str(src))
     if not p.is_absolute() and (root / p).exists():
         src = str(root / p)

@@ -175,10 +175,15 @@ def train(cfg: DictConfig) -> Path:
     )
     bridge = LossBridge(loss_fn)
     trainer = NumlearnTrainer(
-        model=model, args=args, train_dataset=feats, data_collator=PadCollator(tokenizer.pad_token_id),
+        model=model, args=args, train_dataset=feats, data_collator=PadCollator(tokenizer.pad_token_id,
+                                                                          with_attention_mask=bool(tcfg.get("attention_mask", True))),
         processing_class=tokenizer, loss_bridge=bridge,
         callbacks=[MetricsJSONL(run_dir / "metrics.jsonl"), ProgressPrinter()],
     )
+    if args.disable_tqdm:
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints one readable line instead
     last = get_last_checkpoint(str(run_dir / "checkpoints")) if (run_dir / "checkpoints").exists() else None
     if last:
         print(f"[numlearn.train] resuming from {last}", flush=True)

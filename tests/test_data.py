@@ -1,0 +1,98 @@
+"""Synthetic generator, tokenizer, training-data conversion."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from numlearn.data import synthetic
+from numlearn.data.collate import IGNORE_INDEX, PadCollator, tokenize_records
+from numlearn.data.sources import DataError, convert_record, load_local
+from numlearn.evaluation.sandbox import run_program
+
+
+def test_same_seed_is_byte_identical(tmp_path):
+    a = synthetic.write_split(tmp_path / "a.jsonl", synthetic.generate("train", 300, seed=7))
+    b = synthetic.write_split(tmp_path / "b.jsonl", synthetic.generate("train", 300, seed=7))
+    c = synthetic.write_split(tmp_path / "c.jsonl", synthetic.generate("train", 300, seed=8))
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() != c.read_bytes()
+
+
+def test_splits_are_disjoint_and_ood_has_longer_numbers():
+    train = synthetic.generate("train", 5000)
+    test = synthetic.generate("test", 300)
+    ood = synthetic.generate("test_ood", 300)
+    assert not {p.key for p in train} & {p.key for p in test}
+    assert not {p.key for p in train} & {p.key for p in ood}
+    assert len({p.key for p in train}) == len(train)
+    longest = lambda ps: max(len(n) for p in ps for n in re.findall(r"\d+", p.question))  # noqa: E731
+    assert longest(ood) > longest(train)
+
+
+def test_problems_cover_what_the_losses_are_about():
+    ps = synthetic.generate("train", 600)
+    assert {p.template for p in ps} == set(synthetic.TEMPLATES)
+    assert any("$" in p.question for p in ps)  # money
+    assert any(re.search(r"\d\.\d", p.answer) for p in ps)  # decimals
+    assert any(p.cot.count("=") >= 2 for p in ps)  # multi-step with intermediate results
+    lengths = {len(n) for p in ps for n in re.findall(r"\d+", p.question)}
+    assert len(lengths) >= 2
+    for p in ps:
+        assert p.cot.endswith(f"The answer is {p.answer}.")
+
+
+@pytest.mark.parametrize("split", ["test", "test_ood"])
+def test_pot_programs_print_the_answer(split):
+    for p in synthetic.generate(split, 12):
+        r = run_program(p.pot, timeout_s=10)
+        assert r.ok, r.error
+        assert synthetic.fmt_num(__import__("decimal").Decimal(r.stdout.strip())) == p.answer
+
+
+def test_tokenize_masks_prompt_and_counts_truncation(tiny_tokenizer):
+    recs = [{"instruction": "What is 2 + 3?", "output": "2 + 3 = 5. The answer is 5."}]
+    feats, rep = tokenize_records(recs, tiny_tokenizer, max_length=512)
+    f = feats[0]
+    n_resp = sum(x != IGNORE_INDEX for x in f["labels"])
+    assert tiny_tokenizer.decode([x for x in f["labels"] if x != IGNORE_INDEX]) == \
+        "2 + 3 = 5. The answer is 5." + tiny_tokenizer.eos_token
+    assert f["labels"][-1] == tiny_tokenizer.eos_token_id and n_resp < len(f["labels"])
+    feats, rep = tokenize_records(recs, tiny_tokenizer, max_length=len(f["input_ids"]) - 3)
+    assert rep.n_truncated == 1 and len(feats[0]["input_ids"]) == len(f["input_ids"]) - 3
+    feats, rep = tokenize_records(recs, tiny_tokenizer, max_length=4)
+    assert rep.n_dropped_empty == 1 and not feats
+    batch = PadCollator(tiny_tokenizer.pad_token_id)([f, {"input_ids": [1, 2], "labels": [IGNORE_INDEX, 2]}])
+    assert batch["input_ids"].shape == batch["labels"].shape
+    assert (batch["labels"][1, 2:] == IGNORE_INDEX).all() and batch["attention_mask"][1, 2:].sum() == 0
+
+
+def test_gsm8k_and_math_conversion():
+    g = convert_record({"question": "Q?", "answer": "It is 2*3 = <<2*3=6>>6.\n#### 1,006"})
+    assert g == {"instruction": "Q?", "output": "It is 2*3 = 6.\nThe answer is 1,006."}
+    m = convert_record({"problem": "P", "solution": "so $\\boxed{4}$"})
+    assert m["output"].endswith("\\boxed{4}$")
+    with pytest.raises(DataError, match="malformed training record"):
+        convert_record({"text": "x"}, "f.jsonl:3")
+
+
+def test_local_files_from_shared_data(data_dir):
+    recs = load_local(data_dir / "train" / "gsm8k" / "train.jsonl", limit=50)
+    assert len(recs) == 50 and all(r["output"].rstrip().endswith(".") for r in recs)
+    assert "<<" not in recs[0]["output"]
+    recs = load_local(data_dir / "train" / "math" / "orgn-MATH-train.jsonl", limit=5)
+    assert "\\boxed" in recs[0]["output"]
+
+
+def test_mathinstruct_style_local_file_and_errors(tmp_path):
+    f = tmp_path / "mi.json"
+    f.write_text(json.dumps([{"instruction": "2+2?", "output": "The answer is 4", "source": "x"}]))
+    assert load_local(f) == [{"instruction": "2+2?", "output": "The answer is 4"}]
+    with pytest.raises(DataError, match="not found"):
+        load_local(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instruction": "a", "output": "b"}\n{oops\n')
+    with pytest.raises(DataError, match="bad.jsonl:2"):
+        load_local(bad)

@@ -1,0 +1,194 @@
+"""Benchmarks as data, the resumable runner, PoT with CoT backup, metrics, the HF backend and
+the Hydra evaluator end to end on a locally saved tiny model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from numlearn.data.sources import DataError
+from numlearn.evaluation.backends.base import Backend, SamplingConfig, truncate_at_stop
+from numlearn.evaluation.benchmarks import Problem, load_benchmark
+from numlearn.evaluation.metrics import compute_metrics
+from numlearn.evaluation.runner import evaluate_problems, read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+SAMPLING = SamplingConfig(max_new_tokens=32, stop=("### Instruction:",))
+
+
+class ScriptedBackend(Backend):
+    """Answers from a function of the prompt; counts prompts; can fail after some calls."""
+
+    name = "scripted"
+
+    def __init__(self, fn, fail_after_calls=None):
+        self.fn, self.calls, self.prompts, self.fail_after = fn, 0, [], fail_after_calls
+
+    def generate(self, prompts, sampling):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        self.calls += 1
+        self.prompts += prompts
+        return [self.fn(p) for p in prompts]
+
+
+def _problems(n):
+    return [Problem(str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(n)]
+
+
+def _pot_answer(prompt):
+    i = int(prompt.split("What is ")[1].split(" ")[0])
+    return f"a = {i}\nb = {i}\nprint(a + b)" if "program" in prompt else f"{i} + {i} = {2 * i}. The answer is {2 * i}."
+
+
+def test_pot_completion_produces_the_right_answer(tmp_path):
+    out = tmp_path / "g.jsonl"
+    evaluate_problems(_problems(3), ScriptedBackend(_pot_answer), "svamp", "open_number", "pot", SAMPLING, out)
+    recs, _ = read_jsonl(out)
+    assert [r["pred"] for r in recs] == ["0", "2", "4"] and all(r["correct"] for r in recs)
+    assert all(r["mode"] == "pot" and r["program_ok"] for r in recs)
+
+
+def test_paper_mode_falls_back_to_cot(tmp_path):
+    def fn(prompt):
+        i = int(prompt.split("What is ")[1].split(" ")[0])
+        if "program" in prompt:
+            return "print(undefined_name)" if i % 2 else "I cannot write code."
+        return f"The answer is {2 * i}."
+    out = tmp_path / "g.jsonl"
+    evaluate_problems(_problems(4), ScriptedBackend(fn), "gsm8k", "open_number", "paper", SAMPLING, out)
+    recs, _ = read_jsonl(out)
+    assert [r["mode"] for r in recs] == ["cot_backup"] * 4
+    assert all(r["correct"] for r in recs)
+    assert recs[1]["program_ok"] is False and "NameError" in recs[1]["program_error"]
+    assert "pot_completion" in recs[0]
+
+
+def test_multiple_choice_uses_primed_cot(tmp_path):
+    be = ScriptedBackend(lambda p: "The answer is (C)")
+    out = tmp_path / "g.jsonl"
+    evaluate_problems([Problem("0", "Pick one\nAnswer Choices: (A) 1 (B) 2 (C) 3 (D) 4", "C")], be, "sat",
+                      "multiple_choice", "paper", SAMPLING, out)
+    assert be.prompts[0].endswith("### Response: Let's solve the multi-choice question step by step.\n")
+    assert read_jsonl(out)[0][0]["correct"]
+
+
+def test_interrupted_run_resumes_without_regenerating(tmp_path):
+    out = tmp_path / "g.jsonl"
+    be = ScriptedBackend(_pot_answer, fail_after_calls=2)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_problems(_problems(10), be, "svamp", "open_number", "cot", SAMPLING, out, chunk_size=3)
+    assert len(read_jsonl(out)[0]) == 6
+    with open(out, "a") as f:
+        f.write('{"id": "6", "pred"')  # a line cut by the interruption
+    be2 = ScriptedBackend(_pot_answer)
+    info = evaluate_problems(_problems(10), be2, "svamp", "open_number", "cot", SAMPLING, out, chunk_size=3)
+    assert info["n_resumed"] == 6 and info["n_dropped_lines"] == 1
+    assert len(be2.prompts) == 4  # only the four unfinished problems were generated
+    recs, bad = read_jsonl(out)
+    assert bad == 0 and sorted(int(r["id"]) for r in recs) == list(range(10))
+
+
+def test_metrics_by_hand():
+    recs = [
+        {"id": "a", "pred": "123", "gt": "123", "correct": True, "mode": "cot"},
+        {"id": "b", "pred": "124", "gt": "123", "correct": False, "mode": "cot"},
+        {"id": "c", "pred": "1.25", "gt": "1.5", "correct": False, "mode": "pot", "program_ok": True},
+        {"id": "d", "pred": "", "gt": "7", "correct": False, "mode": "pot", "program_ok": False},
+    ]
+    m = compute_metrics(recs, "open_number")
+    assert m["accuracy"] == 0.25 and m["n_empty_pred"] == 1 and m["n_program_failed"] == 1
+    import math
+    expected = (0 + abs(math.log(124 + 1e-8) - math.log(123 + 1e-8)) + abs(math.log(1.25 + 1e-8) - math.log(1.5 + 1e-8))) / 3
+    assert m["numerical_distance"] == pytest.approx(expected)
+    assert m["n_numeric"] == 3
+    # units: a right, b wrong, c right ("1" vs "1"), d wrong -> 2/4; tens: a, b right of 2; hundreds 2/2
+    assert m["digit_acc_int"] == {"0": 0.5, "1": 1.0, "2": 1.0}
+    assert m["digit_acc_frac"] == {"1": 0.0}
+
+
+def test_truncate_at_stop():
+    assert truncate_at_stop("x = 1\n### Instruction: more", ("### Instruction:", "Problem:")) == "x = 1\n"
+
+
+BENCHMARKS = {"gsm8k": 1319, "svamp": 1000, "simuleq": 514, "math": 5000, "aqua": 254, "sat": 220,
+              "mmlu_mathematics": 974}
+
+
+@pytest.mark.parametrize("name,n", sorted(BENCHMARKS.items()))
+def test_seven_benchmarks_load_and_verify(data_dir, tmp_path, name, n):
+    bcfg = OmegaConf.load(CONF / "eval" / "benchmark" / f"{name}.yaml")
+    probs, info = load_benchmark(bcfg, data_dir, tmp_path)
+    assert len(probs) == n and info["sha256"] == bcfg.sha256
+    assert all(p.answer != "" for p in probs)
+    if bcfg.kind == "multiple_choice":
+        assert all(p.answer in "ABCDE" for p in probs) and "Answer Choices: (A)" in probs[0].question
+
+
+def test_altered_or_missing_benchmark_file_is_a_clear_error(data_dir, tmp_path):
+    bcfg = OmegaConf.load(CONF / "eval" / "benchmark" / "sat.yaml")
+    root = tmp_path / "root"
+    (root / "benchmarks" / "sat").mkdir(parents=True)
+    with pytest.raises(DataError, match="not found.*make data"):
+        load_benchmark(bcfg, root, tmp_path)
+    shutil.copy(data_dir / bcfg.file, root / bcfg.file)
+    with open(root / bcfg.file, "a") as f:
+        f.write(" ")
+    with pytest.raises(DataError, match="sha256.*re-fetch"):
+        load_benchmark(bcfg, root, tmp_path)
+    with pytest.raises(DataError, match="data root .* does not exist"):
+        load_benchmark(bcfg, tmp_path / "nope", tmp_path)
+
+
+@pytest.fixture(scope="module")
+def saved_tiny_model(tmp_path_factory, tiny_tokenizer):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = tmp_path_factory.mktemp("tiny_model")
+    cfg = AutoConfig.for_model("qwen2", vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                               max_position_embeddings=512, eos_token_id=tiny_tokenizer.eos_token_id,
+                               pad_token_id=tiny_tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    tiny_tokenizer.save_pretrained(d)
+    return d
+
+
+def test_hf_backend_batched_equals_single_and_honours_stops(saved_tiny_model):
+    from numlearn.evaluation.backends import get_backend
+
+    prompts = ["### Instruction:\nWhat is 1 + 2?\n\n### Response:", "Hi", "A much longer prompt about 12 apples."]
+    sp = SamplingConfig(max_new_tokens=12, stop=("e",))
+    batched = get_backend("hf", str(saved_tiny_model), batch_size=3).generate(prompts, sp)
+    single = get_backend("hf", str(saved_tiny_model), batch_size=1).generate(prompts, sp)
+    assert batched == single
+    assert all("e" not in c for c in batched)
+
+
+def test_evaluate_end_to_end_and_scorer(saved_tiny_model, tmp_path):
+    from numlearn.evaluate import run_evaluation
+    from numlearn.evaluation.score import main as score_main
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("evaluate", overrides=[f"model_path={saved_tiny_model}", f"eval_dir={tmp_path}/eval",
+                                             f"paths.cache_dir={tmp_path}/cache", "eval.benchmarks.synthetic_test.generator.n=6",
+                                             "eval.benchmarks.synthetic_ood.generator.n=4", "eval.max_new_tokens_cap=8"])
+    files = run_evaluation(cfg)
+    assert len(files) == 4
+    res = json.loads(files[0].read_text())
+    for key in ("metrics", "n", "benchmark", "backend", "sampling", "packages", "git", "config", "correct_by_id"):
+        assert key in res
+    assert res["sampling"]["temperature"] == 0.0 and res["benchmark"]["sha256"]
+    gens = files[0].with_name("generations.jsonl")
+    assert score_main([str(gens), "--check"]) == 0
+    # re-running resumes: nothing is generated again
+    files = run_evaluation(cfg)
+    assert json.loads(files[0].read_text())["generation"]["n_resumed"] == 6

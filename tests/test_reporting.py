@@ -1,0 +1,88 @@
+"""The aggregator, from hand-written result files, checked cell by cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from numlearn.reporting.aggregate import aggregate, paired_bootstrap
+from numlearn.reporting.collect import load_results
+
+
+def _write(root: Path, loss, seed, bench, mode, correct: list[int], dist=None, alpha=0.01, model="tiny"):
+    d = root / model / loss / f"alpha={alpha}" / f"seed={seed}" / "eval" / bench / mode
+    d.mkdir(parents=True, exist_ok=True)
+    n = len(correct)
+    res = {
+        "run": {"experiment": "t", "model": model, "loss": loss, "alpha": alpha, "seed": seed},
+        "benchmark": {"name": bench, "kind": "open_number"}, "mode": mode,
+        "metrics": {"accuracy": sum(correct) / n, "n": n, "numerical_distance": dist,
+                    "digit_acc_int": {"0": sum(correct) / n}, "digit_acc_frac": {}},
+        "correct_by_id": {str(i): c for i, c in enumerate(correct)},
+    }
+    (d / "result.json").write_text(json.dumps(res))
+
+
+@pytest.fixture()
+def results(tmp_path):
+    r = tmp_path / "res"
+    # MLE: seed 0 -> 2/4 and 1/4; seed 1 -> 3/4 and 1/4
+    _write(r, "mle", 0, "bench_a", "cot", [1, 1, 0, 0], dist=0.5)
+    _write(r, "mle", 0, "bench_b", "pot", [1, 0, 0, 0], dist=1.0)
+    _write(r, "mle", 1, "bench_a", "cot", [1, 1, 1, 0], dist=0.25)
+    _write(r, "mle", 1, "bench_b", "pot", [1, 0, 0, 0], dist=0.75)
+    # DEL: seed 0 -> 4/4 and 2/4; seed 1 -> 3/4 and 2/4
+    _write(r, "del", 0, "bench_a", "cot", [1, 1, 1, 1], dist=0.125)
+    _write(r, "del", 0, "bench_b", "pot", [1, 1, 0, 0], dist=0.5)
+    _write(r, "del", 1, "bench_a", "cot", [1, 1, 1, 0], dist=0.25)
+    _write(r, "del", 1, "bench_b", "pot", [1, 1, 0, 0], dist=0.5)
+    return r
+
+
+def test_tables_cell_by_cell(results, tmp_path):
+    out = tmp_path / "out"
+    res = aggregate([results], out, command="pytest", reference=True, n_boot=200)
+    mean, std = res["mean"], res["std"]
+    assert list(mean.columns) == ["bench_a (cot)", "bench_b (pot)", "mACC"]
+    assert list(mean.index) == [("tiny", "mle"), ("tiny", "del")]
+    assert mean.loc[("tiny", "mle"), "bench_a (cot)"] == pytest.approx(62.5)
+    assert mean.loc[("tiny", "mle"), "bench_b (pot)"] == pytest.approx(25.0)
+    assert mean.loc[("tiny", "mle"), "mACC"] == pytest.approx((37.5 + 50.0) / 2)   # seed mACCs 37.5, 50
+    assert std.loc[("tiny", "mle"), "bench_a (cot)"] == pytest.approx(np.std([50, 75], ddof=1))
+    assert mean.loc[("tiny", "del"), "bench_a (cot)"] == pytest.approx(87.5)
+    assert mean.loc[("tiny", "del"), "mACC"] == pytest.approx((75.0 + 62.5) / 2)
+    md = (out / "table1.md").read_text()
+    assert "| tiny | mle | 2 | 62.5 ± 17.7 | 25.0 ± 0.0 | 43.8 ± 8.8 |" in md
+    assert "| tiny | del | 2 | 87.5 ± 17.7 | 50.0 ± 0.0 | 68.8 ± 8.8 |" in md
+    ref = [ln for ln in md.splitlines() if ln.startswith("| *paper: Qwen2.5-1.5B* | *del* |")]
+    assert len(ref) == 1 and ref[0].endswith("| *55.4* |")  # reference rows: labelled, separate,
+    assert ref[0].count("*55.4*") == 1 and "87.5" not in ref[0]  # only the paper's own mACC
+    assert "command: `pytest`" in md
+    csv = pd.read_csv(out / "table1.csv", index_col=[0, 1])
+    assert csv.loc[("tiny", "del"), "mACC acc"] == pytest.approx(68.75)
+    assert csv.loc[("tiny", "mle"), "bench_a (cot) dist"] == pytest.approx(0.375)
+    tex = (out / "table1.tex").read_text()
+    assert "tiny & del & 87.5 $\\pm$ 17.7" in tex
+    digits = pd.read_csv(out / "digits.csv")
+    assert set(digits["position"] if "position" in digits else []) or "int[10^0]" in digits.columns
+
+
+def test_paired_bootstrap(results):
+    df = load_results([results])
+    b = paired_bootstrap(df, n_boot=500, seed=0)
+    row = b[(b["loss"] == "del") & (b["column"] == "bench_a (cot)")].iloc[0]
+    # per-problem mean over seeds: del [1,1,1,.5], mle [1,1,.5,0] -> diffs [0,0,.5,.5], mean .25
+    assert row["delta"] == pytest.approx(25.0)
+    assert row["ci_low"] <= 25.0 <= row["ci_high"] and row["ci_low"] >= 0.0
+    macc = b[(b["loss"] == "del") & (b["column"] == "mACC")].iloc[0]
+    assert macc["delta"] == pytest.approx((25.0 + 25.0) / 2)
+
+
+def test_no_results_is_a_clear_error(tmp_path):
+    from numlearn.reporting.aggregate import main
+
+    assert main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2

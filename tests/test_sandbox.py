@@ -1,0 +1,90 @@
+"""PoT programs are untrusted: each hostile program is contained, reported as a failed run,
+and the evaluator carries on."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from numlearn.evaluation import run_program
+
+
+def test_plain_program_and_sympy():
+    r = run_program("a = 12.5\nb = 1.25\nprint(round(a + b, 2))")
+    assert r.ok and r.stdout.strip() == "13.75"
+    r = run_program("from sympy import symbols, solve\nx = symbols('x')\nprint(solve(3*x - 12, x)[0])", timeout_s=20)
+    assert r.ok, r.error
+    assert r.stdout.strip() == "4"
+
+
+def test_infinite_loop_times_out():
+    r = run_program("while True:\n    pass", timeout_s=1.5)
+    assert not r.ok and r.timed_out and r.seconds < 10
+
+
+def test_fork_bomb_is_contained():
+    r = run_program("import os\nwhile True:\n    os.fork()", timeout_s=2)
+    assert not r.ok
+    r = run_program("import subprocess\nsubprocess.run(['sleep', '100'])", timeout_s=2)
+    assert not r.ok
+
+
+def test_memory_bomb_is_contained():
+    r = run_program("x = bytearray(8 * 1024**3)\nprint(len(x))", timeout_s=5, memory_mb=512)
+    assert not r.ok and "MemoryError" in r.error
+
+
+def test_huge_output_is_capped():
+    r = run_program("while True:\n    print('x' * 10000)", timeout_s=3, max_output_bytes=4096)
+    assert not r.ok and len(r.stdout) <= 4096
+
+
+def test_writing_outside_its_directory_is_refused(tmp_path):
+    target = tmp_path / "pwned.txt"
+    r = run_program(f"open({str(target)!r}, 'w').write('x')\nprint('done')")
+    assert not r.ok and not target.exists()
+    r = run_program("open('scratch.txt', 'w').write('ok')\nprint(open('scratch.txt').read())")
+    assert r.ok and r.stdout.strip() == "ok"  # its own throwaway directory is writable
+
+
+def test_socket_is_refused():
+    with socket.socket() as srv:  # a listener on this machine the program tries to reach
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port = srv.getsockname()[1]
+        r = run_program(f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')")
+    assert not r.ok and "connected" not in r.stdout
+
+
+def test_environment_of_the_evaluator_is_not_visible(monkeypatch):
+    monkeypatch.setenv("NUMLEARN_TEST_SECRET", "hunter2")
+    r = run_program("import os\nprint(os.environ.get('NUMLEARN_TEST_SECRET'))")
+    assert r.ok and "hunter2" not in r.stdout
+    r = run_program("import os\nprint(open(f'/proc/{os.getppid()}/environ').read())")
+    assert not r.ok and "hunter2" not in r.stdout
+
+
+def test_killing_the_parent_fails_and_the_evaluator_survives():
+    r = run_program("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('killed')")
+    assert not r.ok and "killed" not in r.stdout
+    r = run_program("import os, signal\nos.killpg(0, signal.SIGKILL)")
+    assert not r.ok
+    r = run_program("import ctypes\nctypes.CDLL(None).kill(1, 9)")
+    assert not r.ok
+    assert os.getpid() > 0  # still here
+    assert run_program("print(1 + 1)").stdout.strip() == "2"
+
+
+def test_syntax_error_and_exit_status():
+    r = run_program("print(")
+    assert not r.ok and "SyntaxError" in r.error
+    r = run_program("raise SystemExit(3)")
+    assert not r.ok and r.returncode == 3
+
+
+def test_working_directory_is_thrown_away():
+    r = run_program("import os\nprint(os.getcwd())")
+    assert r.ok and not Path(r.stdout.strip()).exists()

@@ -1,0 +1,181 @@
+"""The training module through the real HF Trainer, on the tiny model (CPU, seconds each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+SMALL = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
+         "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
+         "data.n_train=200", "data.heldout.n=16", "train=smoke"]
+
+
+def _cfg(tmp_path, *overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return compose("config", overrides=[*SMALL, f"paths.output_dir={tmp_path}/out",
+                                            f"paths.cache_dir={tmp_path.parent}/cache", *overrides])
+
+
+def _metrics(run_dir: Path):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("loss", ["mle", "ntl", "dist2", "del", "mixce", "emo"])
+def test_each_loss_trains(tmp_path, loss):
+    from numlearn.training.run import train
+    from transformers import AutoModelForCausalLM
+
+    alpha = {"ntl": 0.5, "dist2": 0.5, "del": 0.5}.get(loss)
+    extra = [f"loss.alpha={alpha}"] if alpha else []
+    run_dir = train(_cfg(tmp_path, f"loss={loss}", *extra))
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["global_step"] == 6
+    logs = [m for m in _metrics(run_dir) if "loss" in m]
+    assert logs and all(torch.isfinite(torch.tensor(m["loss"])) for m in logs)
+    aux = [m["loss/aux"] for m in logs]
+    if loss == "mle":
+        assert all(a == 0 for a in aux)
+    elif loss in ("ntl", "dist2", "del"):
+        assert all(a > 0 for a in aux)
+    assert all("train/digit_acc" in m and "train/digit_entropy" in m for m in logs)
+    # parameters moved away from their initialisation
+    trained = AutoModelForCausalLM.from_pretrained(run_dir / "final")
+    torch.manual_seed(0)
+    from numlearn.training.model import build_model
+
+    init = build_model(_cfg(tmp_path).model, __import__("transformers").AutoTokenizer.from_pretrained(run_dir / "final"),
+                       tmp_path, seed=0)
+    diff = sum((a - b).abs().sum().item() for a, b in zip(trained.parameters(), init.parameters()))
+    assert diff > 0
+    for key in ("git", "packages", "aux_effective_weight", "data"):
+        assert key in meta
+    assert (run_dir / "config.yaml").exists() and (run_dir / "final" / "tokenizer.json").exists()
+
+
+class _GradCapture:
+    def __init__(self):
+        self.grads = None
+
+    def __call__(self, trainer):
+        from transformers import TrainerCallback
+
+        cap = self
+
+        class CB(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+                cap.grads = torch.cat([p.grad.detach().flatten().clone() for p in model.parameters() if p.grad is not None])
+
+        trainer.add_callback(CB())
+
+
+def _one_step_grads(tmp_path, monkeypatch, bs, accum, tag):
+    from numlearn.training import hf_trainer, run
+
+    cap = _GradCapture()
+    orig = hf_trainer.NumlearnTrainer.__init__
+
+    def init(self, *a, **k):
+        orig(self, *a, **k)
+        cap(self)
+
+    monkeypatch.setattr(hf_trainer.NumlearnTrainer, "__init__", init)
+    cfg = _cfg(tmp_path / tag, "loss=del", "loss.alpha=0.5", "loss.aux_normalization=step", "train.max_steps=1",
+               f"train.per_device_train_batch_size={bs}", f"train.gradient_accumulation_steps={accum}",
+               "train.max_grad_norm=1e9", "train.learning_rate=1e-3", "train.logging_steps=1")
+    run_dir = run.train(cfg)
+    loss = [m for m in _metrics(run_dir) if "loss" in m][0]["loss"]
+    return cap.grads, loss
+
+
+def test_batch4_equals_batch1_times_accumulation4(tmp_path, monkeypatch):
+    g1, l1 = _one_step_grads(tmp_path, monkeypatch, 4, 1, "a")
+    g2, l2 = _one_step_grads(tmp_path, monkeypatch, 1, 4, "b")
+    assert l1 == pytest.approx(l2, rel=1e-5)
+    torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-6)
+
+
+def test_resume_after_interruption(tmp_path, monkeypatch):
+    from numlearn.training import hf_trainer, run
+
+    cfg = _cfg(tmp_path, "loss=del")
+    orig = hf_trainer.MetricsJSONL.on_log
+
+    def crash(self, args, state, control, logs=None, **kw):
+        orig(self, args, state, control, logs=logs, **kw)
+        if state.global_step >= 4:
+            raise KeyboardInterrupt("simulated interruption")
+
+    monkeypatch.setattr(hf_trainer.MetricsJSONL, "on_log", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run.train(cfg)
+    run_dir = Path(cfg.run_dir)
+    assert (run_dir / "checkpoints" / "checkpoint-3").exists()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"
+    monkeypatch.setattr(hf_trainer.MetricsJSONL, "on_log", orig)
+    run.train(cfg)
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "complete" and meta["global_step"] == 6
+    steps = [m["step"] for m in _metrics(run_dir) if "loss" in m]
+    assert steps[-1] == 6 and 5 not in steps[: steps.index(4) + 1]  # resumed at 3, not from scratch
+    # a third call finds the run complete and does nothing
+    run.train(cfg)
+    assert json.loads((run_dir / "run.json").read_text())["global_step"] == 6
+
+
+def test_alpha_multirun_leaves_one_run_dir_per_value(tmp_path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    r = subprocess.run([sys.executable, "-m", "numlearn.train", "-m", "loss=del", "loss.alpha=0.1,0.3",
+                        "experiment_name=sweep", f"paths.output_dir={tmp_path}/out",
+                        f"paths.cache_dir={tmp_path}/cache", *SMALL, "train.max_steps=2"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    dirs = sorted(p.parent.parent.name for p in (tmp_path / "out" / "sweep").rglob("run.json"))
+    assert dirs == ["alpha=0.1", "alpha=0.3"]
+
+
+def test_wandb_offline_without_key(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc key
+    from numlearn.training.run import train
+
+    run_dir = train(_cfg(tmp_path, "logger=wandb", "loss=del", "train.max_steps=2"))
+    import wandb
+
+    assert wandb.run is None  # finished
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert offline, "no offline W&B run written"
+
+
+def test_hf_datasets_path_with_local_file(tmp_path):
+    from omegaconf import OmegaConf
+
+    from numlearn.data.sources import load_source
+
+    f = tmp_path / "mathinstruct.json"
+    f.write_text(json.dumps([{"instruction": f"What is {i} + 1?", "output": f"The answer is {i + 1}", "source": "t"}
+                             for i in range(5)]))
+    cfg = OmegaConf.create({"name": "mi", "source": "hf", "hf_name": "json", "split": "train",
+                            "load_kwargs": {"data_files": str(f)}, "limit": 3})
+    recs = load_source(cfg, tmp_path, tmp_path)
+    assert recs == [{"instruction": f"What is {i} + 1?", "output": f"The answer is {i + 1}"} for i in range(3)]
+
+
+def test_random_templates_are_seeded():
+    from numlearn.data.prompts import TemplateSampler
+
+    a = [TemplateSampler("random", 1)("q") for _ in range(1)] + [TemplateSampler("random", 1)("q")]
+    s1, s2 = TemplateSampler("random", 5), TemplateSampler("random", 5)
+    assert [s1("q") for _ in range(20)] == [s2("q") for _ in range(20)]
+    assert len({TemplateSampler("random", 5)("q")} | {s1("q") for _ in range(50)}) > 1
+    assert a[0] == a[1]
