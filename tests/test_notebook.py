@@ -1,0 +1,46 @@
+"""notebooks/analysis.ipynb executes on small artefacts (two tiny runs, a few problems)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
+         "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
+         "data.n_train=200", "data.heldout.n=16", "train=smoke", "experiment_name=nb",
+         "eval.benchmarks.synthetic_test.generator.n=6", "eval.benchmarks.synthetic_ood.generator.n=4",
+         "eval.max_new_tokens_cap=8"]
+
+
+def test_analysis_notebook_executes(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from numlearn.evaluate import run_evaluation
+    from numlearn.training.run import train
+
+    for loss in ("mle", "del"):
+        with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+            over = [*SMALL, f"loss={loss}", f"paths.output_dir={tmp_path}/out", f"paths.cache_dir={tmp_path}/cache"]
+            train(compose("config", overrides=over))
+            run_evaluation(compose("evaluate", overrides=over))
+    nb = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
+    env = {"NUMLEARN_ROOT": str(REPO), "NUMLEARN_NB_RUNS": str(tmp_path / "out" / "nb"),
+           "NUMLEARN_NB_SWEEP": str(tmp_path / "out" / "nb" / "tiny" / "del"),
+           "NUMLEARN_NB_CACHE": str(tmp_path / "cache"), "NUMLEARN_NB_MAX_EXAMPLES": "8"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert len(images) >= 3  # per-digit accuracy, alpha curve, digit distributions
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
