@@ -37,8 +37,15 @@ def gguf_from_package(package: str, gguf_file: str, name: str, cache_dir: str | 
 
         log.info("dequantising %s (once; cached in %s)", gguf.name, out)
         m = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # The weights are dequantised, but the model still carries the GGUF "quantizer", which
+        # save_pretrained refuses; rebuild a plain fp32 model from the config and the tensors.
+        config = m.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(m.state_dict())
         tmp = out.with_name(out.name + ".tmp")
-        m.save_pretrained(tmp)
+        plain.save_pretrained(tmp)
         tmp.replace(out)
     return out
 
