@@ -87,7 +87,7 @@ sweep-alpha: setup ## DEL alpha sweep on the embedded default -> results/sweep_a
 	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=del loss.alpha=$(SWEEP_ALPHAS) seed=$(SEED_LIST)
 	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=mle seed=$(SEED_LIST)
 	$(PY) -m numlearn.reporting.sweep outputs/table1_tiny/tiny/mle outputs/table1_tiny/tiny/del --out results/sweep_alpha \
-		--command "make sweep-alpha SEEDS=$(SEEDS)"
+		--command "make sweep-alpha SWEEP_ALPHAS=$(SWEEP_ALPHAS) SEEDS=$(SEEDS)"
 
 bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline)
 	$(PY) experiments/bench_losses.py
