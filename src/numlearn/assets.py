@@ -50,6 +50,12 @@ def gguf_from_package(package: str, gguf_file: str, name: str, cache_dir: str | 
     return out
 
 
+def gguf_model_dir(model_cfg, cache_dir: str | Path) -> Path:
+    """The cached HF directory of a ``source: gguf_package`` model config (dequantised once)."""
+    return gguf_from_package(model_cfg.package, model_cfg.gguf_file, model_cfg.name, cache_dir,
+                             model_cfg.get("sha256"), model_cfg.get("package_pin"))
+
+
 def export(model_cfg, out: str | Path, cache_dir: str | Path) -> Path:
     """Write model + tokenizer of a ``source: gguf_package`` model config to ``out``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -57,8 +63,7 @@ def export(model_cfg, out: str | Path, cache_dir: str | Path) -> Path:
     out = Path(out)
     if (out / "config.json").exists() and (out / "tokenizer.json").exists():
         return out
-    src = gguf_from_package(model_cfg.package, model_cfg.gguf_file, model_cfg.name, cache_dir,
-                            model_cfg.get("sha256"), model_cfg.get("package_pin"))
+    src = gguf_model_dir(model_cfg, cache_dir)
     AutoModelForCausalLM.from_pretrained(src).save_pretrained(out)
     AutoTokenizer.from_pretrained(str(model_cfg.tokenizer)).save_pretrained(out)
     return out

@@ -17,17 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 from numlearn.cli import check_group_overrides, conf_dir, fail
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    tmp.replace(path)
-
-
 def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig, get_backend
     from numlearn.evaluation.benchmarks import load_benchmark
-    from numlearn.evaluation.runner import evaluate_problems, read_jsonl, score_file
-    from numlearn.provenance import provenance
+    from numlearn.evaluation.metrics import compute_metrics
+    from numlearn.evaluation.runner import evaluate_problems, read_jsonl
+    from numlearn.provenance import provenance, write_json
 
     ecfg = cfg.eval
     model_path = str(cfg.model_path)
@@ -78,10 +73,10 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16),
             )
-            metrics = score_file(out / "generations.jsonl", bcfg.kind, ids=[p.id for p in problems])
             wanted = {p.id for p in problems}
-            correct_by_id = {r["id"]: int(r["correct"]) for r in read_jsonl(out / "generations.jsonl")[0]
-                             if r["id"] in wanted}
+            recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
+            metrics = compute_metrics(recs, bcfg.kind)
+            correct_by_id = {r["id"]: int(r["correct"]) for r in recs}
             result = {
                 "benchmark": info, "mode": mode, "metrics": metrics, "n": metrics["n"],
                 "run": run_meta, "model_path": model_path, "correct_by_id": correct_by_id, "backend": backend.describe(),
@@ -90,7 +85,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "config": OmegaConf.to_container(cfg, resolve=True), **prov,
             }
-            _write_json(out / "result.json", result)
+            write_json(out / "result.json", result)
             written.append(out / "result.json")
             nd = metrics.get("numerical_distance")
             print(f"[numlearn.evaluate] {name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"

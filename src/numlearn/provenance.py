@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 from importlib import metadata
@@ -52,3 +53,11 @@ def environment() -> dict[str, object]:
 
 def provenance(cwd=None) -> dict[str, object]:
     return {"git": git_info(cwd), "packages": package_versions(), "environment": environment()}
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON atomically (a reader never sees a half-written run.json/result.json)."""
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)

@@ -71,10 +71,9 @@ def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
             kwargs["attn_implementation"] = model_cfg.attn_implementation
         model = AutoModelForCausalLM.from_pretrained(model_cfg.name_or_path, **kwargs)
     elif source == "gguf_package":
-        from numlearn.assets import gguf_from_package
+        from numlearn.assets import gguf_model_dir
 
-        path = gguf_from_package(model_cfg.package, model_cfg.gguf_file, model_cfg.name, cache_dir,
-                                 model_cfg.get("sha256"), model_cfg.get("package_pin"))
+        path = gguf_model_dir(model_cfg, cache_dir)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     else:
         raise ValueError(f"unknown model source {source!r}; choose scratch, pretrained or gguf_package")

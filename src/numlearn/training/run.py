@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from numlearn.provenance import provenance
+from numlearn.provenance import provenance, write_json
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,6 @@ def loss_options(loss_cfg) -> dict:
     """Keyword arguments of ``build_loss`` from a ``conf/loss`` node (all keys but ``name``)."""
     return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k != "name"}
 
-
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    tmp.replace(path)
 
 
 def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_size: int = 32) -> dict:
@@ -136,7 +131,7 @@ def train(cfg: DictConfig) -> Path:
         "n_params": sum(p.numel() for p in model.parameters()),
         **provenance(),
     }
-    _write_json(meta_path, meta)
+    write_json(meta_path, meta)
 
     if cfg.logger.name == "wandb":
         from numlearn.training.wandb_logger import init_wandb
@@ -202,7 +197,7 @@ def train(cfg: DictConfig) -> Path:
         meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2),
                     train_metrics=result.metrics, heldout=held, global_step=trainer.state.global_step)
         if trainer.is_world_process_zero():
-            _write_json(meta_path, meta)
+            write_json(meta_path, meta)
             print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
     finally:
         if cfg.logger.name == "wandb":
