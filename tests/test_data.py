@@ -96,3 +96,75 @@ def test_mathinstruct_style_local_file_and_errors(tmp_path):
     bad.write_text('{"instruction": "a", "output": "b"}\n{oops\n')
     with pytest.raises(DataError, match="bad.jsonl:2"):
         load_local(bad)
+
+
+# ---------------------------------------------------------------- the authors' training format
+def test_official_templates_are_the_authors_twelve_and_one_is_drawn_per_run():
+    from numlearn.data.prompts import ALPACA, official_templates, training_template
+
+    t = official_templates()
+    assert len(t) == 12 and len({x["prompt_no_input"] for x in t}) == 12  # no duplicated variant
+    assert t[0]["prompt_no_input"].replace("{instruction}", "{query}") == ALPACA  # = the eval prompt
+    # the authors' second template really has no blank line before "### Instruction" (kept as is)
+    assert "response.### Instruction:" in t[1]["prompt_no_input"]
+    draws = [training_template("official", seed) for seed in range(12)]
+    assert [d.index for d in draws] == [training_template("official", s).index for s in range(12)]  # seeded
+    assert len({d.index for d in draws}) > 3
+    d = draws[0]
+    assert d("Q?") == t[d.index]["prompt_no_input"].format(instruction="Q?")
+    assert d("Q?", "ctx") == t[d.index]["prompt_input"].format(instruction="Q?", input="ctx")
+    with pytest.raises(ValueError, match="data.template=official"):
+        training_template("random")
+
+
+def test_one_template_formats_every_example_of_a_run(tiny_tokenizer):
+    from numlearn.data.prompts import official_templates, training_template
+
+    tmpl = training_template("official", 3)
+    recs = [{"instruction": f"What is {i} + 1?", "output": f"The answer is {i + 1}."} for i in range(5)]
+    feats, _ = tokenize_records(recs, tiny_tokenizer, 512, tmpl)
+    head = official_templates()[tmpl.index]["prompt_no_input"].split("{instruction}")[0]
+    for f in feats:
+        prompt = tiny_tokenizer.decode([x for x, y in zip(f["input_ids"], f["labels"]) if y == IGNORE_INDEX])
+        assert prompt.startswith(head)
+
+
+# What the joint boundary (the authors' `tok(prompt + response)` with `len(tok(prompt))` masked)
+# does with each family's real tokenizer, against the split form (prompt and response apart):
+# (family, response) -> (joint drops a first target that split has, split's first target).
+BOUNDARY_CASES = {
+    # Qwen2.5 BPE merges the prompt's ":" with a leading newline (":\n" is one token), so under
+    # joint the response's "\n" is inside a masked token; split trains it.
+    ("qwen2.5", "\n12 + 7 = 19."): (True, "\u010a"),
+    ("qwen2.5", "12 + 7 = 19."): (False, "1"),
+    ("deepseek-llm", "\n12 + 7 = 19."): (False, "\u010a"),
+    # SentencePiece (Llama-2 / Mistral): a separately tokenised response starts with an extra "▁".
+    ("llama2-spm", "12 + 7 = 19."): (True, "\u2581"),
+    ("mistral-v1", "12 + 7 = 19."): (True, "\u2581"),
+}
+
+
+@pytest.mark.parametrize("family,response", sorted(BOUNDARY_CASES))
+def test_joint_and_split_boundaries_with_real_tokenizers(shared_tokenizers, family, response):
+    from transformers import AutoTokenizer
+
+    from numlearn.data.prompts import training_template
+
+    tok = AutoTokenizer.from_pretrained(shared_tokenizers / family)
+    rec = [{"instruction": "What is 12 + 7?", "output": response}]
+    tmpl = training_template("alpaca")
+    split, _ = tokenize_records(rec, tok, 2000, tmpl, "split")
+    joint, _ = tokenize_records(rec, tok, 2000, tmpl, "joint")
+    s_t = [x for x in split[0]["labels"] if x != IGNORE_INDEX]
+    j_t = [x for x in joint[0]["labels"] if x != IGNORE_INDEX]
+    n_prompt = len(tok(tmpl("What is 12 + 7?"))["input_ids"])
+    assert sum(x == IGNORE_INDEX for x in joint[0]["labels"]) == n_prompt  # the official mask length
+    assert joint[0]["input_ids"] == tok(tmpl("What is 12 + 7?") + response + tok.eos_token)["input_ids"]
+    assert s_t[-1] == j_t[-1] == tok.eos_token_id
+    drops, first = BOUNDARY_CASES[(family, response)]
+    assert tok.convert_ids_to_tokens(s_t[0]) == first
+    assert (len(j_t) == len(s_t) - 1 and j_t == s_t[1:]) is drops
+    if not drops:
+        assert j_t == s_t
+    with pytest.raises(ValueError, match="data.boundary"):
+        tokenize_records(rec, tok, 2000, tmpl, "both")

@@ -66,8 +66,9 @@ def test_paper_mode_falls_back_to_cot(tmp_path):
     recs, _ = read_jsonl(out)
     assert [r["mode"] for r in recs] == ["cot_backup"] * 4
     assert all(r["correct"] for r in recs)
-    assert recs[1]["program_ok"] is False and "NameError" in recs[1]["program_error"]
-    assert "pot_completion" in recs[0]
+    assert recs[1]["program_ok"] is False
+    assert "NameError" in recs[1]["attempts"][0]["program"]["strict"]["error"]
+    assert [a["kind"] for a in recs[0]["attempts"]] == ["pot", "cot"]
 
 
 def test_multiple_choice_uses_primed_cot(tmp_path):

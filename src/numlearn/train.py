@@ -3,12 +3,14 @@
 Examples::
 
     python -m numlearn.train                                  # tiny model, synthetic data, MLE
-    python -m numlearn.train loss=del loss.alpha=0.03
-    python -m numlearn.train -m loss=del loss.alpha=0.003,0.01,0.03,0.1   # sweep, one run dir each
+    python -m numlearn.train loss=del loss.alpha=0.3
+    python -m numlearn.train -m loss=del loss.alpha=0.01,0.1,0.32,1.28,2.56   # sweep, one run dir each
+    python -m numlearn.train experiment=table1_qwen2.5-1.5b loss=del dry_run=true   # plan only, no weights
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
@@ -25,7 +27,9 @@ def _main(cfg: DictConfig) -> None:
 
     try:
         train(cfg)
-    except (DataError, TokenizerDigitError, FileNotFoundError) as e:
+    except (DataError, TokenizerDigitError, FileNotFoundError, ValueError) as e:
+        if os.environ.get("NUMLEARN_DEBUG"):
+            raise
         fail("numlearn.train", e)
 
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .prompts import TemplateSampler
+from .prompts import TrainingTemplate, training_template
 
 IGNORE_INDEX = -100
+BOUNDARIES = ("split", "joint")
 
 
 @dataclass
@@ -21,27 +22,42 @@ class TokenizeReport:
         return {"examples": self.n_examples, "truncated": self.n_truncated, "dropped_no_response": self.n_dropped_empty}
 
 
-def tokenize_records(records, tokenizer, max_length: int, templates: TemplateSampler | None = None):
-    """``{"instruction", "output"}`` records -> list of ``{"input_ids", "labels"}``.
+def tokenize_records(records, tokenizer, max_length: int, template: TrainingTemplate | None = None,
+                     boundary: str = "split"):
+    """``{"instruction", "output"[, "input"]}`` records -> list of ``{"input_ids", "labels"}``.
 
-    Prompt and response are tokenised separately (as at evaluation time, where the prompt is
-    encoded alone); target = response + EOS; prompt positions get IGNORE_INDEX. Sequences longer
-    than ``max_length`` are truncated from the right and counted; an example left with no response
-    token is dropped and counted.
+    Target = response + EOS; prompt positions get IGNORE_INDEX. ``boundary``:
+
+    * ``split`` -- prompt and response are tokenised separately and concatenated, so the prompt's
+      tokens are exactly what evaluation feeds the model (no token straddles the boundary);
+    * ``joint`` -- what the authors' trainers do: ``tok(prompt + response + eos_text)`` with the
+      first ``len(tok(prompt))`` tokens masked. Where a token merges the prompt's end with the
+      response's start, that token is masked; SentencePiece tokenizers, which give a separately
+      tokenised response a leading "▁", give it none here.
+
+    Sequences longer than ``max_length`` are truncated from the right and counted; an example left
+    with no response token is dropped and counted.
     """
-    templates = templates or TemplateSampler("fixed")
+    if boundary not in BOUNDARIES:
+        raise ValueError(f"data.boundary={boundary!r}; choose one of {BOUNDARIES}")
+    template = template or training_template("alpaca")
     if not records:
         return [], TokenizeReport()
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("tokenizer has no eos_token; set one (the target is response + EOS)")
-    prompts = [templates(r["instruction"]) for r in records]
+    prompts = [template(r["instruction"], r.get("input") or "") for r in records]
     p_ids = tokenizer(prompts, add_special_tokens=True)["input_ids"]
-    r_ids = tokenizer([r["output"] for r in records], add_special_tokens=False)["input_ids"]
+    if boundary == "split":
+        r_ids = tokenizer([r["output"] for r in records], add_special_tokens=False)["input_ids"]
+        pairs = [(list(p) + list(r) + [eos], len(p)) for p, r in zip(p_ids, r_ids)]
+    else:
+        full = tokenizer([pr + r["output"] + tokenizer.eos_token for pr, r in zip(prompts, records)],
+                         add_special_tokens=True)["input_ids"]
+        pairs = [(list(f), len(p)) for f, p in zip(full, p_ids)]
     out, rep = [], TokenizeReport()
-    for p, r in zip(p_ids, r_ids):
-        ids = list(p) + list(r) + [eos]
-        labels = [IGNORE_INDEX] * len(p) + list(r) + [eos]
+    for ids, n_prompt in pairs:
+        labels = [IGNORE_INDEX] * min(n_prompt, len(ids)) + ids[n_prompt:]
         if len(ids) > max_length:
             rep.n_truncated += 1
             ids, labels = ids[:max_length], labels[:max_length]

@@ -1,46 +1,76 @@
-"""Prompt templates shared by training and evaluation (EVAL.md: the alpaca form)."""
+"""Prompt templates shared by training and evaluation.
+
+Evaluation always uses the alpaca form (the official ``eval/prompt_utils.py``). Training offers:
+
+* ``alpaca`` -- the same alpaca prompt for every example (the embedded default);
+* ``official`` -- the DEL authors' template set (``utils.PROMPT_TEMPLATE`` of PolyU-VCLab/DEL,
+  Apache-2.0, shipped as ``official_prompt_templates.json``): ONE template is drawn per run and
+  every example is formatted with it, as their trainers do with ``random.choice`` -- here from a
+  generator seeded by the run's seed, so the draw is reproducible and recorded in ``run.json``.
+  A record with a non-empty ``input`` field gets the template's ``prompt_input`` form.
+"""
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 ALPACA = (
     "Below is an instruction that describes a task. Write a response that appropriately completes "
     "the request.\n\n### Instruction:\n{query}\n\n### Response:"
 )
-# The DEL/MAmmoTH training scripts draw one of several paraphrased templates per example. These
-# keep the same "### Instruction/### Response" skeleton so evaluation prompts stay in-distribution.
-ALPACA_VARIANTS = (
-    ALPACA,
-    "Below is an instruction that describes a task. Write a response that appropriately completes the "
-    "request.\n\n### Instruction:\n{query}\n\n### Response:",
-    "Below is an instruction describing a task. Write a response that completes the request.\n\n"
-    "### Instruction:\n{query}\n\n### Response:",
-    "The following is an instruction for a task. Write a suitable response.\n\n### Instruction:\n{query}\n\n"
-    "### Response:",
-)
 POT_SUFFIX = " Let's write a program."
 MC_PRIMER = " Let's solve the multi-choice question step by step.\n"
+TEMPLATE_MODES = ("alpaca", "official")
+_OFFICIAL_FILE = Path(__file__).with_name("official_prompt_templates.json")
 
 
 def format_prompt(query: str, template: str = ALPACA) -> str:
     return template.format(query=query)
 
 
-class TemplateSampler:
-    """``mode="fixed"`` always uses the alpaca prompt; ``mode="random"`` draws a variant per example
-    from a generator seeded with ``seed`` (never unseeded, so runs are reproducible)."""
+@lru_cache(maxsize=1)
+def official_templates() -> tuple[dict, ...]:
+    """The authors' twelve ``{"prompt_input", "prompt_no_input"}`` templates, in their order."""
+    return tuple(json.loads(_OFFICIAL_FILE.read_text(encoding="utf-8"))["PROMPT_TEMPLATE"])
 
-    def __init__(self, mode: str = "fixed", seed: int = 0):
-        if mode not in ("fixed", "random"):
-            raise ValueError(f"prompt template mode {mode!r}; choose 'fixed' or 'random'")
-        self.mode = mode
-        self._rng = random.Random(f"numlearn-templates/{seed}")
 
-    def __call__(self, query: str) -> str:
-        if self.mode == "fixed":
-            return format_prompt(query)
-        return format_prompt(query, self._rng.choice(ALPACA_VARIANTS))
+@dataclass(frozen=True)
+class TrainingTemplate:
+    """The prompt every training example of a run is formatted with."""
+
+    mode: str
+    index: int | None  # position in the official list; None for alpaca
+    no_input: str      # fields {instruction}
+    with_input: str    # fields {instruction}, {input}
+
+    def __call__(self, instruction: str, input_text: str = "") -> str:
+        if input_text:
+            return self.with_input.format(instruction=instruction, input=input_text)
+        return self.no_input.format(instruction=instruction)
+
+    def describe(self) -> dict:
+        return {"mode": self.mode, "official_index": self.index, "prompt_no_input": self.no_input}
+
+
+def training_template(mode: str = "alpaca", seed: int = 0) -> TrainingTemplate:
+    """The run's template: ``alpaca`` always the same; ``official`` one of the authors' set drawn
+    from ``random.Random(f"numlearn-templates/{seed}")`` (stable across Python versions)."""
+    if mode == "random":
+        raise ValueError("data.template=random was replaced by data.template=official (the authors' own "
+                         "template set, one drawn per run)")
+    if mode not in TEMPLATE_MODES:
+        raise ValueError(f"data.template={mode!r}; choose one of {TEMPLATE_MODES}")
+    if mode == "alpaca":
+        alpaca = ALPACA.replace("{query}", "{instruction}")
+        return TrainingTemplate("alpaca", None, alpaca, alpaca)
+    templates = official_templates()
+    i = random.Random(f"numlearn-templates/{seed}").randrange(len(templates))
+    t = templates[i]
+    return TrainingTemplate("official", i, t["prompt_no_input"], t["prompt_input"])
 
 
 def template_phrases(template: str = ALPACA) -> tuple[str, ...]:

@@ -16,7 +16,12 @@ from .extract import last_boxed, normalize_truth
 class Problem:
     id: str
     question: str
-    answer: str  # normalised ground truth
+    answer: str  # ground truth as the strict protocol compares it
+    raw_answer: str | None = None  # the loader's answer, before any protocol's normalisation
+
+    def __post_init__(self):
+        if self.raw_answer is None:
+            object.__setattr__(self, "raw_answer", self.answer)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -31,25 +36,30 @@ def _choices_text(letters_and_texts) -> str:
     return "\nAnswer Choices: " + " ".join(f"({k}) {v}" for k, v in letters_and_texts)
 
 
+def _aqua_question(r: dict) -> str:
+    # the official loader's formatting, byte for byte (it rewrites every "(" and ")" of the options)
+    choice = ("(" + "(".join(r["options"])).replace("(", " (").replace(")", ") ")
+    return r["question"].strip() + "\n" + "Answer Choices:" + choice
+
+
 def _load_records(name: str, loader: str, recs: list[dict]) -> list[tuple[str, str, object]]:
     """-> [(id, question, raw answer)]"""
     out = []
     for i, r in enumerate(recs):
         try:
             if loader == "gsm8k":
-                out.append((str(i), r["question"], r["answer"].split("####")[-1].strip().replace(",", "")))
+                out.append((str(i), r["question"].strip(), r["answer"].split("#### ")[-1].replace(",", "")))
             elif loader == "svamp":
-                out.append((str(r.get("ID", i)), f"{r['Body'].strip()} {r['Question'].strip()}", r["Answer"]))
+                out.append((str(r.get("ID", i)), f"{r['Body'].strip()} {r['Question'].strip()}", str(r["Answer"])))
             elif loader == "question_answer":
-                out.append((str(i), r["question"], r["answer"]))
+                out.append((str(i), r["question"], str(r["answer"])))
             elif loader == "math":
                 ans = last_boxed(r["solution"])
                 if ans is None:
                     raise KeyError("no \\boxed{} answer in solution")
                 out.append((str(r.get("idx", i)), r["problem"], ans))
             elif loader == "aqua":
-                opts = [(o[0], o[2:].strip()) for o in r["options"]]
-                out.append((str(i), r["question"] + _choices_text(opts), r["correct"]))
+                out.append((str(i), _aqua_question(r), r["correct"]))
             elif loader == "mmlu":
                 opts = list(zip("ABCD", r["choices"]))
                 out.append((str(i), r["question"] + _choices_text(opts), "ABCD"[int(r["answer"])]))
@@ -95,7 +105,7 @@ def load_benchmark(bcfg, data_root: str | Path, cache_dir: str | Path, limit: in
         raise DataError(f"benchmark {bcfg.name!r}: {len(rows)} records, expected {bcfg.records}")
     if limit:
         rows = rows[: int(limit)]
-    problems = [Problem(pid, q, normalize_truth(bcfg.name, a)) for pid, q, a in rows]
+    problems = [Problem(pid, q, normalize_truth(bcfg.name, a), str(a)) for pid, q, a in rows]
     info = {"name": bcfg.name, "file": str(path), "sha256": digest, "records_total": len(rows) if not limit else None,
             "n_evaluated": len(problems), "version": bcfg.get("version"), "kind": bcfg.kind,
             "mode": bcfg.mode, "loader": bcfg.loader}

@@ -10,6 +10,10 @@ Three answer kinds:
   else last. No letter -> "" (counted wrong; ``force_choice_letter`` reproduces the original "A").
 
 Scoring is exact string match after normalisation, as in the original (no numeric tolerance).
+
+That is ``protocol="strict"`` (ours). ``protocol="official"`` reproduces the DEL authors' own
+evaluation code decision by decision (``numlearn.evaluation.official``); every function here takes
+``protocol`` and both work on the same generations.
 """
 
 from __future__ import annotations
@@ -24,6 +28,17 @@ BENCHMARK_KINDS = {
     "synthetic_test": "number", "synthetic_ood": "number",
 }
 CHOICE_LETTERS = {"aqua": "ABCDE", "sat": "ABCD", "mmlu_mathematics": "ABCD"}
+# the loader that produced each benchmark's raw truth (the official protocol normalises per loader)
+BENCHMARK_LOADERS = {"gsm8k": "gsm8k", "svamp": "svamp", "simuleq": "question_answer", "math": "math",
+                     "aqua": "aqua", "sat": "question_answer", "mmlu_mathematics": "mmlu",
+                     "synthetic_test": "synthetic", "synthetic_ood": "synthetic"}
+PROTOCOLS = ("strict", "official")
+
+
+def check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"eval.protocol={protocol!r}; choose one of {PROTOCOLS}")
+    return protocol
 _NUM = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?|-?\.\d+")
 
 
@@ -171,9 +186,20 @@ def extract_choice(text: str, letters: str = "ABCDE", force_letter: bool = False
     return letters[0] if force_letter else ""
 
 
-def extract_answer(benchmark: str, completion: str, force_choice_letter: bool = False) -> str:
-    """Normalised prediction for ``benchmark`` from a completion ("" when there is none)."""
+def extract_answer(benchmark: str, completion: str, protocol: str = "strict",
+                   force_choice_letter: bool = False) -> str:
+    """Normalised prediction for ``benchmark`` from a completion ("" when there is none).
+
+    ``protocol="official"`` returns exactly the string the official code compares: for multiple
+    choice after its forcing of "A" when no letter A-J is found (``force_choice_letter`` is the
+    strict protocol's opt-in to the same rule).
+    """
     kind = answer_kind(benchmark)
+    if check_protocol(protocol) == "official":
+        from . import official
+
+        pred = official.answer_clean(benchmark, kind, completion)
+        return official.force_choice(pred) if kind == "choice" else pred
     if kind == "number":
         return extract_number(completion, ("####",) if benchmark == "gsm8k" else ())
     if kind == "math":
@@ -181,8 +207,13 @@ def extract_answer(benchmark: str, completion: str, force_choice_letter: bool = 
     return extract_choice(completion, CHOICE_LETTERS.get(benchmark, "ABCDE"), force_choice_letter)
 
 
-def normalize_truth(benchmark: str, answer) -> str:
+def normalize_truth(benchmark: str, answer, protocol: str = "strict") -> str:
+    """The ground truth as ``protocol`` compares it, from the loader's raw answer."""
     kind = answer_kind(benchmark)
+    if check_protocol(protocol) == "official":
+        from . import official
+
+        return official.truth(BENCHMARK_LOADERS[benchmark], answer)
     if kind == "number":
         return normalize_number(str(answer))
     if kind == "math":
@@ -190,12 +221,18 @@ def normalize_truth(benchmark: str, answer) -> str:
     return str(answer).strip().upper()
 
 
-def is_correct(benchmark: str, pred: str, ground_truth) -> bool:
-    """The benchmark's comparator: exact match of normalised strings (numbers compared as their
-    canonical decimal strings, so "5.0" == "5" and "1,000" == "1000")."""
+def is_correct(benchmark: str, pred: str, ground_truth, protocol: str = "strict") -> bool:
+    """The benchmark's comparator on the raw ground truth. strict: exact match of normalised
+    strings (numbers compared as canonical decimal strings, so "5.0" == "5" and "1,000" ==
+    "1000"); official: the official comparison (case-insensitive string equality with the
+    official loader's truth, the "(a)" substring rule; exact letters for multiple choice)."""
+    kind = answer_kind(benchmark)
+    if check_protocol(protocol) == "official":
+        from . import official
+
+        return official.is_correct(kind, pred, normalize_truth(benchmark, ground_truth, "official"))
     if pred == "":
         return False
-    kind = answer_kind(benchmark)
     truth = normalize_truth(benchmark, ground_truth)
     if kind == "number":
         return normalize_number(pred) == truth

@@ -4,6 +4,12 @@ Modes: ``cot`` (chain of thought), ``pot`` (program of thought only) and ``paper
 protocol: PoT first with a CoT backup for open sets, CoT for multiple choice).
 Each finished problem is one line of ``generations.jsonl``, appended as soon as its batch is
 done; re-running skips the ids already there. ``result.json`` is written from the JSONL.
+
+A line keeps the raw material of every attempt (prompt, completion, and -- when the completion
+contains ``print(`` -- the program's run as-is and as the official executor wraps it), so
+``score_row`` can answer it under either protocol without generating again. Under ``paper`` the
+CoT backup is generated whenever EITHER protocol needs it; each protocol then uses it only where
+its own rule says so.
 """
 
 from __future__ import annotations
@@ -15,10 +21,17 @@ from pathlib import Path
 
 from numlearn.data.prompts import MC_PRIMER, POT_SUFFIX, format_prompt
 
+from . import official
 from .backends.base import SamplingConfig
 from .benchmarks import Problem
-from .extract import extract_answer, is_correct, is_equivalent_symbolic
-from .metrics import compute_metrics
+from .extract import (
+    answer_kind,
+    check_protocol,
+    extract_answer,
+    is_correct,
+    is_equivalent_symbolic,
+    normalize_truth,
+)
 from .sandbox import run_program
 
 MODES = ("cot", "pot", "paper")
@@ -47,6 +60,66 @@ def _program_of(completion: str) -> str | None:
     return completion.split("### Instruction")[0]
 
 
+def _run(code: str, timeout_s: float) -> dict:
+    r = run_program(code, timeout_s=timeout_s)
+    return {"output": r.stdout, "ok": r.ok, "error": r.error or None}
+
+
+def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float) -> dict:
+    """One generation and, if it wrote a program, its two runs: ``strict`` (as written) and
+    ``official`` (wrapped as the official executor runs it)."""
+    att = {"kind": kind, "prompt": prompt, "completion": completion, "program": None}
+    code = _program_of(completion)
+    if code is not None:
+        att["program"] = {"strict": _run(code, timeout_s), "official": _run(official.wrap_program(code), timeout_s)}
+    return att
+
+
+def _strict_pred(benchmark: str, att: dict, requested: str, force_choice_letter: bool) -> str:
+    if att["kind"] == "pot":
+        prog = (att["program"] or {}).get("strict")
+        if prog is not None:
+            return extract_answer(benchmark, "The answer is " + prog["output"].strip()) if prog["ok"] else ""
+        return extract_answer(benchmark, att["completion"]) if requested == "pot" else ""
+    return extract_answer(benchmark, att["completion"], force_choice_letter=force_choice_letter)
+
+
+def _official_pred(benchmark: str, att: dict) -> str:
+    # run_open.py / run_choice.py: any completion with "print(" is executed, whatever was asked;
+    # a failed or silent program answers "" (then the CoT backup, on open sets under paper).
+    prog = (att["program"] or {}).get("official")
+    text = att["completion"] if prog is None else "The answer is " + (prog["output"].strip("\n") if prog["ok"] else "")
+    kind = answer_kind(benchmark)
+    pred = official.answer_clean(benchmark, kind, text)
+    return official.force_choice(pred) if kind == "choice" else pred
+
+
+def first_attempt_preds(benchmark: str, att: dict, requested: str, force_choice_letter: bool = False) -> dict:
+    return {"strict": _strict_pred(benchmark, att, requested, force_choice_letter),
+            "official": _official_pred(benchmark, att)}
+
+
+def score_row(benchmark: str, row: dict, protocol: str, force_choice_letter: bool = False) -> dict:
+    """The answer of one generations line under ``protocol``: pred, correct, the truth as that
+    protocol compares it, and which attempt answered (``mode``)."""
+    check_protocol(protocol)
+    atts, requested = row["attempts"], row["requested_mode"]
+    if protocol == "strict":
+        pred = _strict_pred(benchmark, atts[0], requested, force_choice_letter)
+    else:
+        pred = _official_pred(benchmark, atts[0])
+    used = atts[0]
+    if pred == "" and requested == "paper" and len(atts) > 1:
+        used = atts[1]
+        pred = (_strict_pred(benchmark, used, requested, force_choice_letter) if protocol == "strict"
+                else _official_pred(benchmark, used))
+    mode = "cot_backup" if used is not atts[0] else used["kind"]
+    strict_prog = (atts[0]["program"] or {}).get("strict") if atts[0]["kind"] == "pot" else None
+    return {"protocol": protocol, "pred": pred, "correct": is_correct(benchmark, pred, row["gt_raw"], protocol),
+            "gt": normalize_truth(benchmark, row["gt_raw"], protocol), "mode": mode,
+            "completion": used["completion"], "program_ok": None if strict_prog is None else strict_prog["ok"]}
+
+
 class _Progress:
     def __init__(self, total: int, desc: str):
         try:
@@ -67,10 +140,11 @@ class _Progress:
 
 def evaluate_problems(problems: list[Problem], backend, benchmark: str, kind: str, mode: str, sampling: SamplingConfig,
                       out_path: str | Path, pot_timeout_s: float = 5.0, force_choice_letter: bool = False,
-                      symbolic_math: bool = False, chunk_size: int = 64) -> dict:
+                      symbolic_math: bool = False, chunk_size: int = 64, protocol: str = "strict") -> dict:
     """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}."""
     if mode not in MODES:
         raise ValueError(f"unknown eval mode {mode!r}; choose one of {MODES}")
+    check_protocol(protocol)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     done, bad = read_jsonl(out_path)
@@ -84,54 +158,35 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str, kind: st
     use_pot = (mode == "pot" or (mode == "paper" and not mc))
     bar = _Progress(len(todo), f"{benchmark}/{mode}")
     t0 = time.time()
-    n_gen_tokens_chars = 0
+    n_backups = 0
     for s in range(0, len(todo), chunk_size):
         batch = todo[s : s + chunk_size]
-        rows: list[dict] = []
         if use_pot:
             prompts = [format_prompt(p.question + POT_SUFFIX) for p in batch]
-            comps = backend.generate(prompts, sampling)
-            for p, prompt, c in zip(batch, prompts, comps):
-                row = {"id": p.id, "prompt": prompt, "completion": c, "mode": "pot", "gt": p.answer,
-                       "program_output": None, "program_ok": None, "program_error": None}
-                code = _program_of(c)
-                if code is not None:
-                    res = run_program(code, timeout_s=pot_timeout_s)
-                    row.update(program_output=res.stdout, program_ok=res.ok, program_error=res.error or None)
-                    row["pred"] = extract_answer(benchmark, "The answer is " + res.stdout.strip()) if res.ok else ""
-                else:
-                    row["pred"] = extract_answer(benchmark, c) if mode == "pot" else ""
-                rows.append(row)
-            if mode == "paper":
-                redo = [i for i, r in enumerate(rows) if r["pred"] == ""]
-                if redo:
-                    prompts = [format_prompt(batch[i].question) for i in redo]
-                    comps = backend.generate(prompts, sampling)
-                    for i, prompt, c in zip(redo, prompts, comps):
-                        rows[i].update(pot_completion=rows[i]["completion"], prompt=prompt, completion=c,
-                                       mode="cot_backup", pred=extract_answer(benchmark, c, force_choice_letter))
+            first = [make_attempt("pot", pr, c, pot_timeout_s) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
         else:
             prompts = [format_prompt(p.question) + (MC_PRIMER if mc else "") for p in batch]
-            comps = backend.generate(prompts, sampling)
-            for p, prompt, c in zip(batch, prompts, comps):
-                rows.append({"id": p.id, "prompt": prompt, "completion": c, "mode": "cot", "gt": p.answer,
-                             "pred": extract_answer(benchmark, c, force_choice_letter)})
+            first = [make_attempt("cot", pr, c, pot_timeout_s) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
+        rows = [{"id": p.id, "gt_raw": p.raw_answer, "requested_mode": mode, "attempts": [a]} for p, a in zip(batch, first)]
+        if mode == "paper" and use_pot:
+            redo = [i for i, a in enumerate(first) if "" in first_attempt_preds(benchmark, a, mode).values()]
+            if redo:
+                prompts = [format_prompt(batch[i].question) for i in redo]
+                for i, pr, c in zip(redo, prompts, backend.generate(prompts, sampling)):
+                    rows[i]["attempts"].append(make_attempt("cot", pr, c, pot_timeout_s))
+                n_backups += len(redo)
         with open(out_path, "a", encoding="utf-8") as f:
             for r in rows:
-                r["correct"] = is_correct(benchmark, r["pred"], r["gt"])
+                r.update(score_row(benchmark, r, protocol, force_choice_letter))
                 if symbolic_math and kind == "open_math":
                     r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
-                n_gen_tokens_chars += len(r["completion"])
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         bar.update(len(batch))
     bar.close()
     return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad,
-            "generation_seconds": round(time.time() - t0, 2)}
+            "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2)}
 
 
-def score_file(path: str | Path, kind: str, ids: list[str] | None = None) -> dict:
-    recs, bad = read_jsonl(path)
-    if ids is not None:
-        keep = set(ids)
-        recs = [r for r in recs if r["id"] in keep]
-    return compute_metrics(recs, kind)
+def rescore(records: list[dict], benchmark: str, protocol: str, force_choice_letter: bool = False) -> list[dict]:
+    """The same generations answered under another protocol (nothing is generated or run)."""
+    return [{**r, **score_row(benchmark, r, protocol, force_choice_letter)} for r in records]

@@ -1,9 +1,13 @@
-"""Recompute metrics from generation JSONL files alone.
+"""Recompute metrics from generation JSONL files alone, under either protocol.
 
-    python -m numlearn.evaluation.score outputs/.../eval/synthetic_test/cot/generations.jsonl [--check]
+    python -m numlearn.evaluation.score <generations.jsonl>... [--check]
+    python -m numlearn.evaluation.score <generations.jsonl>... --protocol official --write
 
-The answer kind is read from the sibling result.json when present (else ``--kind``). ``--check``
-exits 1 when the recomputed metrics differ from those stored in result.json.
+Nothing is generated and no program is run: each line keeps its attempts' completions and program
+outputs, so one generation pass yields both tables. The benchmark and answer kind are read from
+the sibling result.json. ``--check`` exits 1 when the metrics recomputed under the result's own
+protocol differ from those stored; ``--write`` stores a rescored copy as ``result.<protocol>.json``
+beside it (the aggregator reads those with ``--protocol``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from .runner import score_file
+from .extract import PROTOCOLS
+from .metrics import compute_metrics
+from .runner import read_jsonl, rescore
 
 
 def _same(a, b, tol=1e-9) -> bool:
@@ -24,27 +30,54 @@ def _same(a, b, tol=1e-9) -> bool:
     return a == b
 
 
+def rescore_file(gen_path: Path, stored: dict, protocol: str) -> tuple[dict, list[dict]]:
+    recs, _ = read_jsonl(gen_path)
+    wanted = set(stored.get("correct_by_id") or {}) or None
+    if wanted is not None:
+        recs = [r for r in recs if r["id"] in wanted]
+    force = bool(((stored.get("config") or {}).get("eval") or {}).get("force_choice_letter", False))
+    recs = rescore(recs, stored["benchmark"]["name"], protocol, force)
+    return compute_metrics(recs, stored["benchmark"]["kind"]), recs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+")
-    ap.add_argument("--kind", default=None, help="open_number | open_math | multiple_choice")
-    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                    help="answer the generations under this protocol (default: the result's own)")
+    ap.add_argument("--check", action="store_true", help="compare with the stored result.json")
+    ap.add_argument("--write", action="store_true", help="write result.<protocol>.json beside each file")
     a = ap.parse_args(argv)
     status = 0
     for f in a.files:
         p = Path(f)
         res_path = p.with_name("result.json")
-        stored = json.loads(res_path.read_text()) if res_path.exists() else None
-        kind = a.kind or (stored or {}).get("benchmark", {}).get("kind")
-        if kind is None:
-            print(f"{p}: no result.json beside it; pass --kind", file=sys.stderr)
+        if not res_path.exists():
+            print(f"{p}: no result.json beside it (written by numlearn.evaluate); cannot tell the benchmark",
+                  file=sys.stderr)
             return 2
-        m = score_file(p, kind)
-        print(json.dumps({"file": str(p), "metrics": m}, indent=1))
-        if a.check and stored is not None:
+        stored = json.loads(res_path.read_text())
+        if "attempts" not in (read_jsonl(p)[0] or [{}])[0]:
+            print(f"{p}: written before generations kept their attempts; re-run numlearn.evaluate to rescore",
+                  file=sys.stderr)
+            return 2
+        protocol = a.protocol or stored.get("protocol", "strict")
+        m, recs = rescore_file(p, stored, protocol)
+        print(json.dumps({"file": str(p), "protocol": protocol, "metrics": m}, indent=1))
+        if a.check:
+            if protocol != stored.get("protocol", "strict"):
+                print(f"{p}: --check compares under the result's own protocol; drop --protocol", file=sys.stderr)
+                return 2
             ok = _same(m, stored["metrics"])
             print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} result.json", file=sys.stderr)
             status |= 0 if ok else 1
+        if a.write:
+            from numlearn.provenance import write_json
+
+            out = {**stored, "protocol": protocol, "metrics": m, "n": m["n"],
+                   "correct_by_id": {r["id"]: int(r["correct"]) for r in recs},
+                   "rescored_from": str(p)}
+            write_json(p.with_name(f"result.{protocol}.json"), out)
     return status
 
 

@@ -1,14 +1,14 @@
 """Number-aware training losses: small callables built from a tokenizer.
 
     from numlearn.losses import build_loss
-    loss_fn = build_loss("del", tokenizer, alpha=0.01)
+    loss_fn = build_loss("del", tokenizer, alpha=1.28)      # alpha: weight on the step scale
     out = loss_fn(logits, labels, num_items_in_batch=None)   # logits [B, T, V], labels [B, T]
     out.loss.backward(); out.ce, out.aux, out.stats
 
 This package imports nothing from the rest of numlearn.
 """
 
-from .base import LossOutput, TokenLoss, digit_view
+from .base import AUX_NORMALIZATIONS, LossOutput, TokenLoss, digit_view, effective_weight
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .registry import LOSSES, build_loss
@@ -16,8 +16,8 @@ from .spans import IGNORE_INDEX, DigitTargets, count_digit_targets, number_spans
 from .token_level import EMOLoss, MixCELoss
 
 __all__ = [
-    "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
+    "AUX_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
-    "build_loss", "count_digit_targets", "digit_token_ids", "digit_view", "number_spans",
+    "build_loss", "count_digit_targets", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
     "shift_targets",
 ]

@@ -14,7 +14,39 @@ import torch
 from .digits import DigitVocab
 from .spans import IGNORE_INDEX, DigitTargets, number_spans, shift_targets
 
-AUX_NORMALIZATIONS = ("step", "microbatch")
+# How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
+AUX_NORMALIZATIONS = {
+    # alpha is the weight relative to the step's digit-target mean, on any number of processes and
+    # any accumulation: the same number is the same objective on 1 CPU or 64 GPUs.
+    "step": "term summed over this micro-batch / digit targets of the whole step (all micro-batches, all processes)",
+    # train-qwen-deepseek.py (transformers 4.57, compute_loss_func): a per-micro-batch mean that the
+    # Trainer sums over accumulation steps and (loss x processes, gradients averaged) over processes.
+    "microbatch_sum": "per-micro-batch mean, summed over the step's GA x W micro-batches (official Qwen/DeepSeek script)",
+    # train-codellama-mistral.py (transformers 4.35): accelerate divides by GA, DDP/FSDP averages processes.
+    "microbatch_mean": "per-micro-batch mean, averaged over the step's GA x W micro-batches (official CodeLlama/Mistral script)",
+}
+_RENAMED_NORMALIZATIONS = {"microbatch": "microbatch_sum"}
+
+
+def check_aux_normalization(value: str) -> str:
+    if value in _RENAMED_NORMALIZATIONS:
+        raise ValueError(f"aux_normalization={value!r} was renamed: use {_RENAMED_NORMALIZATIONS[value]!r} (the "
+                         "official Qwen/DeepSeek script's per-micro-batch sum) or 'step'")
+    if value not in AUX_NORMALIZATIONS:
+        raise ValueError(f"aux_normalization={value!r}; choose one of {sorted(AUX_NORMALIZATIONS)}")
+    return value
+
+
+def effective_weight(alpha: float, aux_normalization: str, grad_accum: int = 1, world_size: int = 1) -> float:
+    """Weight of a numeric term relative to a per-step mean over digit targets (the ``step`` scale).
+
+    ``microbatch_sum`` adds GA x W per-micro-batch means, so its weight is ``alpha * GA * W`` (the
+    official Qwen2.5-1.5B row: 0.01 x 32 x 4 = 1.28); ``microbatch_mean`` and ``step`` give ``alpha``.
+    """
+    check_aux_normalization(aux_normalization)
+    if aux_normalization == "microbatch_sum":
+        return float(alpha) * int(grad_accum) * int(world_size)
+    return float(alpha)
 
 
 @dataclass
@@ -83,8 +115,10 @@ class TokenLoss:
     labels: ``[B, T]`` unshifted, IGNORE_INDEX (-100) where not trained; shifted here.
     num_items_in_batch: response tokens in the whole optimizer step (what the HF Trainer passes);
         None -> CE is the mean over this batch's response tokens.
-    num_digits_in_batch: digit targets in the whole optimizer step; used by
+    num_digits_in_batch: digit targets in the whole optimizer step, summed over processes; used by
         ``aux_normalization="step"`` (see ``count_digit_targets``).
+    num_microbatches_in_step: accumulation steps x processes; used by
+        ``aux_normalization="microbatch_mean"``. None -> 1.
     """
 
     name = "base"
@@ -92,7 +126,8 @@ class TokenLoss:
     def __init__(self, vocab: DigitVocab | None):
         self.vocab = vocab
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None) -> LossOutput:
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
+                 num_microbatches_in_step=None) -> LossOutput:
         raise NotImplementedError
 
     @staticmethod
@@ -113,17 +148,20 @@ class DigitLoss(TokenLoss):
     """CE plus ``alpha * (sum over digit targets of term) / denominator``.
 
     Subclasses implement ``digit_term(zd, dt) -> [N]`` on the fp32 ``[N, 10]`` digit logits.
-    ``aux_normalization``: ``microbatch`` divides by this call's digit count (the official DEL
-    scripts; the trainer then sums it over accumulation steps and devices, so the effective weight
-    is ``alpha * accumulation * devices``); ``step`` divides by ``num_digits_in_batch`` when given,
-    which makes the loss independent of how a step is split into micro-batches.
+    ``aux_normalization`` (see ``AUX_NORMALIZATIONS``): ``step`` (default) divides by
+    ``num_digits_in_batch`` -- the digit targets of the whole step -- so ``alpha`` is the effective
+    weight whatever the split into micro-batches and processes; ``microbatch_sum`` divides by this
+    call's digit count and relies on the trainer summing micro-batches (official Qwen/DeepSeek
+    script: effective weight ``alpha * GA * W``); ``microbatch_mean`` also divides by
+    ``num_microbatches_in_step`` (official CodeLlama/Mistral script: effective weight ``alpha``).
     """
 
-    def __init__(self, vocab: DigitVocab, alpha: float, aux_normalization: str = "microbatch",
+    def __init__(self, vocab: DigitVocab, alpha: float, aux_normalization: str = "step",
                  float_spans: bool = True):
         super().__init__(vocab)
-        if aux_normalization not in AUX_NORMALIZATIONS:
-            raise ValueError(f"aux_normalization={aux_normalization!r}; choose one of {AUX_NORMALIZATIONS}")
+        check_aux_normalization(aux_normalization)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
         if alpha < 0:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         self.alpha = float(alpha)
@@ -141,11 +179,10 @@ class DigitLoss(TokenLoss):
 
     def effective_weight(self, grad_accum: int = 1, world_size: int = 1) -> float:
         """Weight of the numeric term relative to a per-step mean over digit targets."""
-        if self.aux_normalization == "microbatch":
-            return self.alpha * grad_accum * world_size
-        return self.alpha
+        return effective_weight(self.alpha, self.aux_normalization, grad_accum, world_size)
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None) -> LossOutput:
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
+                 num_microbatches_in_step=None) -> LossOutput:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
@@ -158,9 +195,11 @@ class DigitLoss(TokenLoss):
         )
         ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
 
-        n_local = float(dt.count)
-        n_step = _as_float(num_digits_in_batch) if self.aux_normalization == "step" else None
-        denom = max(n_step if n_step is not None else n_local, 1.0)
+        denom = max(float(dt.count), 1.0)
+        if self.aux_normalization == "step" and num_digits_in_batch is not None:
+            denom = max(_as_float(num_digits_in_batch), 1.0)
+        elif self.aux_normalization == "microbatch_mean":
+            denom *= max(int(num_microbatches_in_step or 1), 1)
         if self.alpha > 0:
             aux = self.alpha * self.digit_term(zd, dt).sum() / denom
         else:

@@ -22,7 +22,7 @@ class MLELoss(DigitLoss):
 
     name = "mle"
 
-    def __init__(self, vocab: DigitVocab, aux_normalization: str = "microbatch"):
+    def __init__(self, vocab: DigitVocab, aux_normalization: str = "step"):
         super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization)
 
     def extra_repr(self) -> str:
@@ -34,13 +34,15 @@ class NTLLoss(DigitLoss):
 
     variant="was": ``sum_k |y - k| * p[k]`` (Wasserstein-1 between one-hot(y) and p);
     variant="mse": ``(sum_k k * p[k] - y)^2``. Averaged over digit targets, times alpha.
-    Default alpha 0.3 is the NTL authors'; the DEL authors' baseline is alpha 0.1.
+    Default alpha 0.3 is the NTL authors'. The DEL authors' baseline takes ``.mean()`` over the
+    ``[N, 10]`` terms with coefficient 1, i.e. alpha 0.1 per micro-batch; in their Qwen/DeepSeek
+    script that is summed over GA x W micro-batches (effective 12.8 for Qwen2.5-1.5B).
     """
 
     name = "ntl"
 
-    def __init__(self, vocab: DigitVocab, alpha: float = 0.3, variant: str = "was",
-                 aux_normalization: str = "microbatch"):
+    def __init__(self, vocab: DigitVocab, alpha: float, variant: str = "was",
+                 aux_normalization: str = "step"):
         super().__init__(vocab, alpha, aux_normalization, float_spans=False)
         if variant not in ("was", "mse"):
             raise ValueError(f"NTL variant={variant!r}; choose 'was' or 'mse'")
@@ -65,13 +67,16 @@ class Dist2Loss(DigitLoss):
     other nine share ``1 - beta`` by the same distance softmax (their eq. 4). Term per digit target:
     ``w * KL(q || p)`` with the KL summed over the ten classes and ``w = r`` the integer place
     (units 1, tens 2, ...; "." breaks runs) or 1 with ``place_weights="none"``.
-    The DEL authors' baseline averaged the KL's ten terms (KL / 10) with coefficient 1: alpha 0.1.
+    The DEL authors' two scripts differ: the Qwen/DeepSeek one sums the KL's ten terms per digit
+    (``.sum(-1)``, coefficient 1: alpha 1.0 per micro-batch; it returns a per-digit vector, so some
+    reduction -- the mean, as for their other terms -- is needed to run it at all); the
+    CodeLlama/Mistral one averages them (``.mean(-1)``, KL / 10: alpha 0.1).
     """
 
     name = "dist2"
 
-    def __init__(self, vocab: DigitVocab, alpha: float = 1.0, tau: float = 1.0, beta: float | None = None,
-                 place_weights: str = "official", aux_normalization: str = "microbatch"):
+    def __init__(self, vocab: DigitVocab, alpha: float, tau: float = 1.0, beta: float | None = None,
+                 place_weights: str = "official", aux_normalization: str = "step"):
         super().__init__(vocab, alpha, aux_normalization, float_spans=False)
         if tau <= 0:
             raise ValueError(f"DIST2 tau must be > 0, got {tau}")
@@ -116,14 +121,16 @@ class DELLoss(DigitLoss):
     Place weights (``place_weights="official"``): ``2r`` for integer digits, ``1.02^-(k+1)`` for
     the k-th position after the decimal point (``float_spans=True``); with ``float_spans=False``
     "." breaks spans (integer-only DEL). ``place_weights="none"`` sets every w to 1.
-    Official alpha: 0.01 (Qwen2.5 / DeepSeek script), 0.1 (CodeLlama / Mistral script).
+    The official scripts write alpha 0.01 (Qwen/DeepSeek) and 0.1 (CodeLlama/Mistral), but their
+    harnesses scale it differently: effective weights 1.28 (Qwen2.5-1.5B), 2.56 (DeepSeek-Math-7B),
+    0.1 (CodeLlama-7B, Mistral-7B) on the ``step`` scale -- see ``effective_weight``.
     """
 
     name = "del"
 
-    def __init__(self, vocab: DigitVocab, alpha: float = 0.01, form: str = "code",
+    def __init__(self, vocab: DigitVocab, alpha: float, form: str = "code",
                  place_weights: str = "official", float_spans: bool = True,
-                 aux_normalization: str = "microbatch"):
+                 aux_normalization: str = "step"):
         super().__init__(vocab, alpha, aux_normalization, float_spans=float_spans)
         if form not in ("code", "paper"):
             raise ValueError(f"DEL form={form!r}; choose 'code' or 'paper'")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import TokenLoss
+from .base import TokenLoss, check_aux_normalization
 from .digits import digit_token_ids
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .token_level import EMOLoss, MixCELoss
@@ -23,8 +23,10 @@ def build_loss(name: str, tokenizer, model=None, **options: Any) -> TokenLoss:
     """Build the loss ``name`` for ``tokenizer``.
 
     ``options`` are the loss's keyword arguments (alpha, form, place_weights, float_spans,
-    aux_normalization, tau, beta, variant, eta). ``model`` is needed only by ``emo`` (its output
-    embedding). Unknown names or options raise ValueError listing what is valid.
+    aux_normalization, tau, beta, variant, eta). ``model`` is used only by ``emo`` (its output
+    embedding); without it the EMO loss is built unbound -- every option checked -- and
+    ``loss.bind_model(model)`` must be called before the first step. Unknown names, unknown
+    options and missing weights raise ValueError listing what is valid.
     """
     key = str(name).lower()
     if key not in LOSSES:
@@ -39,9 +41,17 @@ def build_loss(name: str, tokenizer, model=None, **options: Any) -> TokenLoss:
         if options["alpha"] not in (None, 0, 0.0):
             raise ValueError(f"loss {key!r} has no weight alpha (got alpha={options['alpha']})")
         options = {k: v for k, v in options.items() if k != "alpha"}
+    if "aux_normalization" not in valid and "aux_normalization" in options:
+        # presets set the normalisation for whichever loss is chosen; it means nothing here
+        check_aux_normalization(options.pop("aux_normalization"))
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(f"loss {key!r} got unknown option(s) {unknown}; valid options: {valid}")
+    required = [p for p in valid if params[p].default is inspect.Parameter.empty]
+    missing = [p for p in required if options.get(p) is None]
+    if missing:
+        raise ValueError(f"loss {key!r} needs {missing} (alpha: the weight of the numeric term on the step "
+                         f"scale; see conf/loss/{key}.yaml)")
     # Token-level losses only need the digit ids for logging; they work with any tokenizer.
     if key in ("mixce", "emo"):
         try:
@@ -50,8 +60,7 @@ def build_loss(name: str, tokenizer, model=None, **options: Any) -> TokenLoss:
             vocab = None
     else:
         vocab = digit_token_ids(tokenizer)
-    if key == "emo":
-        if model is not None and "output_embeddings" not in options:
-            options["output_embeddings"] = model.get_output_embeddings().weight
-        return cls(vocab, **options)
-    return cls(vocab, **options)
+    loss = cls(vocab, **options)
+    if key == "emo" and model is not None and loss.embedding is None:
+        loss.bind_model(model)
+    return loss

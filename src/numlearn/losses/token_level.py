@@ -1,7 +1,13 @@
 """Token-level alternatives to MLE from the paper's loss ablation: MixCE and EMO (METHOD.md).
 
-These act on the whole vocabulary, not on digits; they follow the published formulas and use
-ordinary autograd (they need per-token CE or the full softmax anyway).
+These act on the whole vocabulary, not on digits; they use ordinary autograd (they need per-token
+CE or the full softmax anyway). Each has two forms:
+
+* ``form="paper"``: the method paper's per-token formula;
+* ``form="official"``: what ``train-qwen-deepseek.py`` holds for the ablation rows -- commented-out
+  code in which ``mle_loss`` is the step's *scalar* token-mean CE. These are reconstructions of dead
+  code (its EMO line names an undefined variable), kept exactly as written so the rows can be
+  re-run as the authors could have run them.
 """
 
 from __future__ import annotations
@@ -35,52 +41,94 @@ class _FullSoftmaxLoss(TokenLoss):
         return _digit_stats(zd, dt)
 
 
+FORMS = ("paper", "official")
+
+
+def _check_form(loss: str, form: str) -> str:
+    if form not in FORMS:
+        raise ValueError(f"{loss} form={form!r}; choose one of {FORMS}")
+    return form
+
+
 class MixCELoss(_FullSoftmaxLoss):
-    """MixCE (Zhang et al., 2023): per token ``eta * ce + (1 - eta) * stopgrad(exp(-ce)) * ce``.
-    ``aux`` is reported as the difference to plain CE."""
+    """MixCE (Zhang et al., 2023). ``aux`` is reported as the difference to plain CE.
+
+    form="paper" (default): per token ``eta * ce_t + (1 - eta) * stopgrad(exp(-ce_t)) * ce_t``,
+    summed and divided like CE.
+    form="official": with ``c`` the micro-batch's CE sum over the step's token count (a scalar),
+    ``(eta * c + (1 - eta) * stopgrad(exp(-c)) * c) * n_tokens`` -- the official code multiplies the
+    scalar by the micro-batch's token mask and sums, i.e. a rescaled MLE.
+    """
 
     name = "mixce"
 
-    def __init__(self, vocab: DigitVocab | None, eta: float = 0.5):
+    def __init__(self, vocab: DigitVocab | None, eta: float = 0.5, form: str = "paper"):
         super().__init__(vocab)
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"MixCE eta must be in [0, 1], got {eta}")
         self.eta = float(eta)
+        self.form = _check_form("MixCE", form)
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None) -> LossOutput:
+    def _mix(self, ce):
+        return self.eta * ce + (1.0 - self.eta) * torch.exp(-ce).detach() * ce
+
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
+                 num_microbatches_in_step=None) -> LossOutput:
         targets, _, logits2d, y = self._prepare(logits, labels)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
-        mix_tok = self.eta * ce_tok + (1.0 - self.eta) * torch.exp(-ce_tok).detach() * ce_tok
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
         ce = ce_tok.sum() / denom
-        loss = mix_tok.sum() / denom
+        if self.form == "paper":
+            loss = self._mix(ce_tok).sum() / denom
+        else:
+            loss = self._mix(ce) * ce_tok.numel()
         return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels))
 
     def extra_repr(self) -> str:
-        return f"eta={self.eta}"
+        return f"eta={self.eta}, form={self.form!r}"
 
 
 class EMOLoss(_FullSoftmaxLoss):
     """EMO (Ren et al., 2024): earth mover distance with a cost from the frozen, row-normalised
     output embedding E at initialisation. Per token
-    ``emo = 1 - <E[y], (q - stopgrad(q * onehot(y))) @ E>`` with q the full softmax, and
-    ``loss = 0.5 * (ce + stopgrad(ce / emo) * emo)`` on the batch means.
+    ``emo_t = 1 - <E[y], (q - stopgrad(q * onehot(y))) @ E>`` with q the full softmax. With ``c`` the
+    CE (token sum over the step's token count):
+
+    form="official" (default; the ablation row): per token ``0.5 * (c + stopgrad(c / emo_t) * emo_t)``
+    with the scalar ``c``, then the mean over this micro-batch's tokens (``train-qwen-deepseek.py``;
+    its ``+ 1e-10`` guard is kept).
+    form="paper": ``0.5 * (c + stopgrad(c / emo) * emo)`` with ``emo`` the batch mean of ``emo_t``.
+    Both have the value of ``c``; their gradients differ (each token's EMO term is scaled by
+    ``c / emo_t`` rather than ``c / emo``).
 
     output_embeddings: ``[V, H]`` tensor (e.g. ``model.get_output_embeddings().weight``); copied,
-    normalised and frozen at construction.
+    normalised and frozen when bound (construction or ``bind_model``).
     """
 
     name = "emo"
 
-    def __init__(self, vocab: DigitVocab | None, output_embeddings: torch.Tensor | None = None):
+    def __init__(self, vocab: DigitVocab | None, output_embeddings: torch.Tensor | None = None,
+                 form: str = "official"):
         super().__init__(vocab)
-        if output_embeddings is None:
-            raise ValueError("loss 'emo' needs the model's output embedding matrix: "
-                             "build_loss('emo', tokenizer, model=model) or output_embeddings=<[V, H] tensor>")
+        self.form = _check_form("EMO", form)
+        self.embedding = None
+        if output_embeddings is not None:
+            self.bind_embeddings(output_embeddings)
+
+    def bind_embeddings(self, output_embeddings: torch.Tensor) -> EMOLoss:
         e = output_embeddings.detach().float().clone()
         self.embedding = e / e.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        return self
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None) -> LossOutput:
+    def bind_model(self, model) -> EMOLoss:
+        """Take the cost from ``model``'s output embedding as it is now (call before training)."""
+        return self.bind_embeddings(model.get_output_embeddings().weight)
+
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
+                 num_microbatches_in_step=None) -> LossOutput:
+        if self.embedding is None:
+            raise ValueError("loss 'emo' needs the model's output embedding matrix: "
+                             "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
         targets, _, logits2d, y = self._prepare(logits, labels)
         E = self.embedding.to(logits2d.device)
         if E.shape[0] < logits2d.shape[1]:
@@ -93,6 +141,10 @@ class EMOLoss(_FullSoftmaxLoss):
         emo_tok = 1.0 - ((q_minus @ E) * E[y]).sum(-1)
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
         ce = ce_tok.sum() / denom
-        emo = emo_tok.sum() / denom
-        loss = 0.5 * (ce + (ce / emo.clamp_min(1e-12)).detach() * emo)
+        if self.form == "official":
+            per_tok = 0.5 * ((ce / (emo_tok + 1e-10)).detach() * emo_tok + ce)
+            loss = per_tok.sum() / max(per_tok.numel(), 1)
+        else:
+            emo = emo_tok.sum() / denom
+            loss = 0.5 * (ce + (ce / emo.clamp_min(1e-12)).detach() * emo)
         return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels))

@@ -173,8 +173,9 @@ def header(command: str | None) -> str:
     ])
 
 
-def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000) -> dict:
-    df = load_results(paths)
+def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
+              protocol: str | None = None) -> dict:
+    df = load_results(paths, protocol)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seeds = n_seeds(df)
@@ -182,7 +183,7 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     ref_rows = []
     if reference:
         ref_rows = [{"model": m, "loss": loss, MACC: v} for (m, loss), v in PAPER_MACC.items()]
-    md = [header(command), "", "## Accuracy (%)", "",
+    md = [header(command), f"- evaluation protocol: {df['protocol'].iloc[0]}", "", "## Accuracy (%)", "",
           "mean ± std over seeds; mACC = unweighted mean over the columns. Rows in *italics* are the paper's "
           "reported mACC over its seven benchmarks (authors' README), not comparable cell by cell.", "",
           to_markdown(mean, std, cols, seeds, 1, ref_rows)]
@@ -214,7 +215,7 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
                piv.reset_index().to_markdown(index=False)]
     text = "\n".join(md) + "\n"
     (out / "table1.md").write_text(text)
-    summary = {"n_results": len(df), "columns": cols, "rows": [list(ix) for ix in mean.index],
+    summary = {"n_results": len(df), "protocol": df["protocol"].iloc[0], "columns": cols, "rows": [list(ix) for ix in mean.index],
                "macc": {f"{m}/{lab}": float(v) for (m, lab), v in mean[MACC].items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return {"markdown": text, "mean": mean, "std": std, "bootstrap": boot, "digits": dig}
@@ -227,10 +228,12 @@ def main(argv=None) -> int:
     ap.add_argument("--command", default=None, help="the command recorded in the header")
     ap.add_argument("--no-reference", action="store_true", help="omit the paper's reference rows")
     ap.add_argument("--wandb", action="store_true", help="also log the tables to W&B (offline without a key)")
+    ap.add_argument("--protocol", choices=("strict", "official"), default=None,
+                    help="evaluation protocol of the table (default: the one protocol the results share)")
     a = ap.parse_args(argv)
     try:
-        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference)
-    except FileNotFoundError as e:
+        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol)
+    except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2
     print(res["markdown"])

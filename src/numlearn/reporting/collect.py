@@ -12,24 +12,49 @@ def column_name(benchmark: str, mode: str) -> str:
     return benchmark if mode == "paper" else f"{benchmark} ({mode})"
 
 
-def load_results(paths: list[str | Path]) -> pd.DataFrame:
+def _for_protocol(f: Path, protocol: str | None) -> tuple[Path, dict] | None:
+    """The result file of ``f``'s generations under ``protocol``: ``result.json`` itself when it was
+    scored that way, else its rescored sibling ``result.<protocol>.json``; None if neither."""
+    r = json.loads(f.read_text())
+    if protocol is None or r.get("protocol", "strict") == protocol:
+        return f, r
+    alt = f.with_name(f"result.{protocol}.json")
+    return (alt, json.loads(alt.read_text())) if alt.exists() else None
+
+
+def load_results(paths: list[str | Path], protocol: str | None = None) -> pd.DataFrame:
+    """One row per result file. ``protocol``: take each generation's result under that protocol
+    (see ``numlearn.evaluation.score --write``); None accepts one protocol only -- a table never
+    mixes the two."""
     files: list[Path] = []
     for p in paths:
         p = Path(p)
         files.extend(sorted(p.rglob("result.json")) if p.is_dir() else [p])
-    rows = []
-    for f in files:
-        r = json.loads(f.read_text())
+    rows, missing = [], []
+    for f0 in files:
+        got = _for_protocol(f0, protocol)
+        if got is None:
+            missing.append(str(f0))
+            continue
+        f, r = got
         run, m, b = r.get("run") or {}, r["metrics"], r["benchmark"]
         rows.append({
             "file": str(f), "experiment": run.get("experiment"), "model": run.get("model"),
             "loss": run.get("loss") or "?", "alpha": run.get("alpha"), "seed": run.get("seed"),
+            "protocol": r.get("protocol", "strict"),
             "benchmark": b["name"], "mode": r["mode"], "kind": b.get("kind"), "column": column_name(b["name"], r["mode"]),
             "accuracy": m["accuracy"], "n": m["n"], "numerical_distance": m.get("numerical_distance"),
             "digit_acc_int": m.get("digit_acc_int") or {}, "digit_acc_frac": m.get("digit_acc_frac") or {},
             "correct_by_id": r.get("correct_by_id") or {},
             "git": (r.get("git") or {}).get("commit"),
         })
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} result(s) have no {protocol} scoring (e.g. {missing[0]}); run "
+                                f"python -m numlearn.evaluation.score <generations.jsonl> --protocol {protocol} --write")
     if not rows:
         raise FileNotFoundError(f"no result.json under {[str(p) for p in paths]}; run numlearn.evaluate first")
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    if df["protocol"].nunique() > 1:
+        raise ValueError(f"results mix evaluation protocols {sorted(df['protocol'].unique())}; pass --protocol "
+                         "strict or --protocol official (rescore with numlearn.evaluation.score --write)")
+    return df

@@ -26,12 +26,14 @@ class LossBridge:
     def __init__(self, loss_fn):
         self.loss_fn = loss_fn
         self.step_digits: int | None = None
+        self.microbatches_in_step: int = 1  # GA x processes, for aux_normalization=microbatch_mean
         self._sums: dict[str, float] = defaultdict(float)
         self._n = 0
 
     def __call__(self, outputs, labels, num_items_in_batch=None):
         out = self.loss_fn(outputs.logits, labels, num_items_in_batch=num_items_in_batch,
-                           num_digits_in_batch=self.step_digits)
+                           num_digits_in_batch=self.step_digits,
+                           num_microbatches_in_step=self.microbatches_in_step)
         if torch.is_grad_enabled():
             self._sums["loss/ce"] += float(out.ce)
             self._sums["loss/aux"] += float(out.aux)
@@ -54,6 +56,7 @@ class NumlearnTrainer(Trainer):
     def __init__(self, *args, loss_bridge: LossBridge, **kwargs):
         super().__init__(*args, compute_loss_func=loss_bridge, **kwargs)
         self.loss_bridge = loss_bridge
+        loss_bridge.microbatches_in_step = self.args.gradient_accumulation_steps * max(self.args.world_size, 1)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -67,70 +70,172 @@ def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_s
             "digit_entropy": ent / max(n_dig, 1), "n_digits": int(n_dig), "n_examples": len(feats)}
 
 
-def train(cfg: DictConfig) -> Path:
-    from transformers import TrainingArguments, set_seed
-    from transformers.trainer_utils import get_last_checkpoint
+@dataclass
+class RunPlan:
+    """Everything a run is decided by before any model weight is loaded."""
 
-    from numlearn.data.collate import PadCollator, tokenize_records
-    from numlearn.data.prompts import TemplateSampler, format_prompt
-    from numlearn.data.sources import load_source, read_records
-    from numlearn.data.synthetic import ensure_synthetic
+    run_dir: Path
+    tokenizer: object
+    loss_fn: object
+    template: object
+    world_size: int
+    grad_accum: int
+    records: object  # callable -> list of training records (loaded once, on first use)
+
+    @property
+    def effective_weight(self) -> float | None:
+        fn = getattr(self.loss_fn, "effective_weight", None)
+        return fn(self.grad_accum, self.world_size) if fn else None
+
+
+def _lazy(fn):
+    box = []
+
+    def get():
+        if not box:
+            box.append(fn())
+        return box[0]
+
+    return get
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def official_weight_check(cfg, plan: RunPlan) -> dict:
+    """This run's effective weight against its preset's official one (``paper_row``); a mismatch
+    is reported, not refused -- sweeps and other layouts are legitimate, but must be visible."""
+    row = cfg.get("paper_row")
+    eff = plan.effective_weight
+    if not row or eff is None or cfg.loss.name not in (row.get("effective") or {}):
+        return {}
+    official = float(row.effective[cfg.loss.name])
+    out = {"official_effective_weight": official, "official_script": row.get("script"),
+           "matches_official": math.isclose(eff, official, rel_tol=1e-9)}
+    if not out["matches_official"]:
+        how = (f"alpha {plan.loss_fn.alpha} x GA {plan.grad_accum} x {plan.world_size} process(es)"
+               if plan.loss_fn.aux_normalization == "microbatch_sum" else f"alpha {plan.loss_fn.alpha}")
+        print(f"[numlearn.train] warning: the {cfg.loss.name} term's effective weight is {eff:g} ({how}, "
+              f"aux_normalization={plan.loss_fn.aux_normalization}); this preset's row ran at {official:g} "
+              f"({row.get('script')})", file=sys.stderr, flush=True)
+    return out
+
+
+def check_run_options(cfg) -> None:
+    """Refuse option combinations that cannot mean what the user asked, before anything loads."""
+    if cfg.get("harness_name") == "official" and not cfg.get("paper_row"):
+        raise ValueError("harness=official reproduces a paper preset's own script: add experiment=table1_<model> "
+                         "(or ablation_qwen2.5-1.5b)")
+    for key in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
+        v = cfg.train.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "max_steps" else 1)):
+            raise ValueError(f"train.{key}={v!r} must be a positive integer")
+
+
+def plan_run(cfg) -> RunPlan:
+    """Resolve data access, tokenizer, training template and loss -- no model weights."""
+    from numlearn.data.prompts import format_prompt, training_template
+    from numlearn.data.sources import load_source
     from numlearn.losses import build_loss
-    from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
-    from numlearn.training.model import build_model, build_tokenizer
+    from numlearn.training.model import build_tokenizer
 
-    tcfg = cfg.train
-    if tcfg.get("torch_threads"):
-        torch.set_num_threads(int(tcfg.torch_threads))
+    check_run_options(cfg)
+    cache_dir = _abs(cfg.paths.cache_dir)
+
+    def load():
+        recs = load_source(cfg.data, _abs(cfg.paths.data_dir), cache_dir)
+        if not recs:
+            raise ValueError(f"data config {cfg.data.name!r} produced no training records")
+        return recs
+
+    records = _lazy(load)
+    template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed))
+    tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
+                                cache_dir, _abs(cfg.paths.root_dir))
+    loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
+    return RunPlan(run_dir=_abs(cfg.run_dir), tokenizer=tokenizer, loss_fn=loss_fn, template=template,
+                   world_size=world_size_from_env(), grad_accum=int(cfg.train.gradient_accumulation_steps),
+                   records=records)
+
+
+def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
+    return {
+        "status": status, "experiment": cfg.experiment_name, "model": cfg.model.name, "loss": cfg.loss.name,
+        "alpha": cfg.loss.get("alpha"), "seed": int(cfg.seed), "run_dir": str(plan.run_dir),
+        "loss_repr": repr(plan.loss_fn),
+        "harness": cfg.get("harness_name", "numlearn"),
+        "aux_normalization": getattr(plan.loss_fn, "aux_normalization", None),
+        "aux_effective_weight": plan.effective_weight,
+        "aux_effective_weight_note": "weight of the numeric term relative to the step's digit-target mean: "
+                                     "alpha for aux_normalization=step or microbatch_mean, alpha x grad_accum x "
+                                     "world_size for microbatch_sum (train-qwen-deepseek.py)",
+        **official_weight_check(cfg, plan),
+        "grad_accum": plan.grad_accum, "world_size": plan.world_size,
+        "template": plan.template.describe(),
+        "boundary": cfg.data.get("boundary", "split"),
+        **provenance(),
+    }
+
+
+def _is_complete(run_dir: Path) -> bool:
+    meta = run_dir / "run.json"
+    return (run_dir / "final" / "config.json").exists() and meta.exists() and \
+        json.loads(meta.read_text()).get("status") == "complete"
+
+
+def train(cfg: DictConfig) -> Path:
+    from transformers import set_seed
+
     run_dir = _abs(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    final_dir = run_dir / "final"
-    meta_path = run_dir / "run.json"
-    if (final_dir / "config.json").exists() and meta_path.exists() and \
-            json.loads(meta_path.read_text()).get("status") == "complete" and not cfg.get("force", False):
+    if _is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
         log.info("run already complete: %s (force=true to retrain)", run_dir)
         print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
         return run_dir
-
+    plan = plan_run(cfg)  # every option checked, loss built: errors come before any weight loads
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.get("dry_run", False):
+        meta = run_metadata(cfg, plan, "dry_run")
+        write_json(run_dir / ("run.dry_run.json" if _is_complete(run_dir) else "run.json"), meta)
+        print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
+              f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
+              f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"
+              f"; boundary {meta['boundary']} -> {run_dir}", flush=True)
+        return run_dir
+    if tcfg_threads := cfg.train.get("torch_threads"):
+        torch.set_num_threads(int(tcfg_threads))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     set_seed(int(cfg.seed))
-    data_root = _abs(cfg.paths.data_dir)
+    return _fit(cfg, plan)
+
+
+def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
+    from transformers import TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.data.sources import read_records
+    from numlearn.data.synthetic import ensure_synthetic
+    from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
+    from numlearn.training.model import build_model
+
+    tcfg, run_dir, tokenizer, loss_fn = cfg.train, plan.run_dir, plan.tokenizer, plan.loss_fn
+    final_dir, meta_path = run_dir / "final", run_dir / "run.json"
     cache_dir = _abs(cfg.paths.cache_dir)
-    records = load_source(cfg.data, data_root, cache_dir)
-    if not records:
-        raise ValueError(f"data config {cfg.data.name!r} produced no training records")
-
-    def corpus():
-        return [format_prompt(r["instruction"]) + r["output"] for r in records]
-
-    tokenizer = build_tokenizer(cfg.model, corpus, cache_dir, _abs(cfg.paths.root_dir))
-    model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed))
-    if tcfg.get("gradient_checkpointing"):
-        model.gradient_checkpointing_enable()
-    loss_fn = build_loss(cfg.loss.name, tokenizer, model=model, **loss_options(cfg.loss))
-    feats, report = tokenize_records(records, tokenizer, int(tcfg.max_length),
-                                     TemplateSampler(cfg.data.get("template", "fixed"), int(cfg.seed)))
+    records = plan.records()
+    feats, report = tokenize_records(records, tokenizer, int(tcfg.max_length), plan.template,
+                                     cfg.data.get("boundary", "split"))
     log.info("data: %s", report.as_dict())
     if report.n_truncated:
         print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
               f"max_length={tcfg.max_length}", flush=True)
-
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    accum = int(tcfg.gradient_accumulation_steps)
-    eff = loss_fn.effective_weight(accum, world) if hasattr(loss_fn, "effective_weight") else None
-    meta = {
-        "status": "running", "experiment": cfg.experiment_name, "model": cfg.model.name, "loss": cfg.loss.name,
-        "alpha": cfg.loss.get("alpha"), "seed": int(cfg.seed), "run_dir": str(run_dir),
-        "loss_repr": repr(loss_fn),
-        "aux_effective_weight": eff,
-        "aux_effective_weight_note": "weight of the numeric term relative to a per-step mean over digit "
-                                     "targets: alpha * grad_accum * world_size for aux_normalization="
-                                     "microbatch (official scripts), alpha for step",
-        "grad_accum": accum, "world_size": world,
-        "data": {"name": cfg.data.name, **report.as_dict()},
-        "n_params": sum(p.numel() for p in model.parameters()),
-        **provenance(),
-    }
+    model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed))
+    if hasattr(loss_fn, "bind_model"):
+        loss_fn.bind_model(model)  # EMO's cost: the output embedding at initialisation
+    if tcfg.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable()
+    meta = {**run_metadata(cfg, plan, "running"), "data": {"name": cfg.data.name, **report.as_dict()},
+            "n_params": sum(p.numel() for p in model.parameters())}
     write_json(meta_path, meta)
 
     if cfg.logger.name == "wandb":
@@ -138,6 +243,7 @@ def train(cfg: DictConfig) -> Path:
 
         init_wandb(cfg, run_dir)
     use_cuda = torch.cuda.is_available()
+    accum = plan.grad_accum
     args = TrainingArguments(
         output_dir=str(run_dir / "checkpoints"),
         per_device_train_batch_size=int(tcfg.per_device_train_batch_size),

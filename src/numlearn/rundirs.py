@@ -1,0 +1,39 @@
+"""Where runs live, from the configs themselves: ``python -m numlearn.rundirs experiment=table1_tiny
+loss=mle,ntl,dist2,del`` prints each loss's run root at its configured weight
+(``<output_dir>/<experiment>/<model>/<loss>/alpha=<alpha>``), so no Makefile or script repeats a
+loss weight that ``conf/loss`` and ``conf/experiment`` already hold."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def configured_run_roots(overrides: list[str]) -> list[Path]:
+    """One run root (seed level stripped) per value of a comma-separated ``loss=`` override."""
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.cli import conf_dir
+
+    losses = ["mle"]
+    rest = []
+    for o in overrides:
+        if o.startswith("loss="):
+            losses = o.split("=", 1)[1].split(",")
+        else:
+            rest.append(o)
+    out = []
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        for loss in losses:
+            cfg = compose("config", overrides=[*rest, f"loss={loss}"])
+            out.append(Path(cfg.run_dir).parent)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    for p in configured_run_roots(list(sys.argv[1:] if argv is None else argv)):
+        print(p)
+
+
+if __name__ == "__main__":
+    main()

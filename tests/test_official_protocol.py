@@ -1,0 +1,148 @@
+"""``protocol="official"``: the DEL authors' evaluation code (PolyU-VCLab/DEL @ 68c3d4d, ``eval/``),
+decision by decision. Every verdict below was read off that code (``utils.answer_clean``,
+``delete_extra_zero``, ``extract_math_answer``, ``_strip_string``, ``compare_answer_with_groundtruth``,
+``run_open.py``, ``run_choice.py``, ``code_utils.CodeExecutor``), not guessed; where the official
+code and our docs (the strict protocol) disagree, the official column is what the authors ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from numlearn.evaluation import extract_answer, is_correct
+from numlearn.evaluation.benchmarks import Problem
+from numlearn.evaluation.official import delete_extra_zero, strip_string, truth, wrap_program
+from numlearn.evaluation.runner import evaluate_problems, read_jsonl, rescore
+from numlearn.evaluation.sandbox import run_program
+from test_evaluation import SAMPLING, ScriptedBackend
+
+# (benchmark, completion) -> (official string, strict string)
+CASES = {
+    # a trigger that occurs twice: official keeps only the first "\n\n" chunk
+    ("gsm8k", "The answer is 5.\n\nThe answer is 7."): ("5", "7"),
+    # after a trigger the FIRST number; without one the LAST
+    ("svamp", "The answer is 5 or 6"): ("5", "5"),
+    ("svamp", "3 then 4"): ("4", "4"),
+    # ".5" as the official regex reads it (\d+ first): "5"; ours reads 0.5
+    ("svamp", "The answer is .5"): ("5", "0.5"),
+    # trailing zeros via float(): "5.0" -> "5", "2.50" -> "2.5"
+    ("svamp", "The answer is 2.50"): ("2.5", "2.5"),
+    # a fraction is evaluated: "3/4" -> "0.75"
+    ("svamp", "The answer is 3/4"): ("0.75", "0.75"),
+    # huge integers go through str(float): "1e+20" -> rstrip("0") -> "1e+2" -> "100.0"
+    ("svamp", "The answer is 100000000000000000000"): ("100.0", "100000000000000000000"),
+    # "####" is a trigger on GSM8K only
+    ("gsm8k", "so 3 + 4 = 7\n#### 7"): ("7", "7"),
+    ("svamp", "12 apples #### 7 left 9"): ("9", "9"),
+    # the colon of "The answer is:" is part of the trigger
+    ("svamp", "The answer is: 42."): ("42", "42"),
+    # MATH: \boxed is looked for only in the text after the trigger split; the "=" split and the
+    # "5 apples" rule only when a trigger was found, else the last number
+    ("math", "so x = \\boxed{\\frac12}. The answer is 3"): ("3", "\\frac{1}{2}"),
+    ("math", "The answer is \\boxed{\\frac12}"): ("\\frac{1}{2}", "\\frac{1}{2}"),
+    ("math", "The answer is x = 5 apples"): ("5", "5apples"),
+    ("math", "we get y = 7 and then 9"): ("9", "7andthen9"),
+    # MATH: no "0.5" -> "\frac{1}{2}" conversion in the official normalisation
+    ("math", "The answer is 0.5"): ("0.5", "\\frac{1}{2}"),
+    # multiple choice: the text is UPPER-CASED before looking for standalone letters A-J
+    ("aqua", "The answer is (c)"): ("C", ""),
+    ("aqua", "The answer is a car"): ("A", ""),
+    ("aqua", "I think it is J"): ("J", ""),
+    # no letter: the official run_choice forces "A"
+    ("sat", "no idea"): ("A", ""),
+    # multiple choice triggers are ("####", "The answer is"): "the answer is" is not one
+    ("mmlu_mathematics", "B is wrong; the answer is D, not C"): ("C", "D"),
+}
+
+
+@pytest.mark.parametrize("bench,completion", sorted(CASES))
+def test_extract_answer_official_vs_strict(bench, completion):
+    want_official, want_strict = CASES[(bench, completion)]
+    assert extract_answer(bench, completion, protocol="official") == want_official
+    assert extract_answer(bench, completion, protocol="strict") == want_strict
+
+
+@pytest.mark.parametrize("bench,pred,gt,official,strict", [
+    ("svamp", "5", "5.0", True, True),              # loader drops ".0"; we compare numbers
+    ("simuleq", "5", "5.0", False, True),           # simuleq truth is str(answer): "5.0" != "5"
+    ("gsm8k", "1000", "1,000", True, True),
+    ("svamp", "0.5", "1/2", True, True),            # the svamp loader evaluates its truth too
+    ("simuleq", "0.5", "1/2", False, True),         # simuleq's does not: official compares strings
+    ("math", "\\text{Evelyn}", "\\text{Evelyn}", True, True),
+    ("math", "ABC", "abc", True, False),            # official comparison ignores case
+    ("math", "(a) and (c)", "(A)", True, False),    # the "(a)" substring rule
+    ("aqua", "a", "A", False, True),                # official compares letters exactly
+    ("aqua", "A", "A", True, True),
+])
+def test_is_correct_official_vs_strict(bench, pred, gt, official, strict):
+    assert is_correct(bench, pred, gt, protocol="official") is official
+    assert is_correct(bench, pred, gt, protocol="strict") is strict
+
+
+def test_loader_truths():
+    assert truth("gsm8k", "1,000") == "1000"
+    assert truth("svamp", "51.0") == "51" and truth("svamp", "2.50") == "2.5"
+    assert truth("question_answer", "5.0") == "5.0"  # simuleq / sat: str(answer), untouched
+    assert truth("math", "\\dfrac{1}{2}") == "\\frac{1}{2}"
+    assert truth("math", "10\\%") == "10"  # only "\%" is removed: both official replacements are "\%"
+    assert strip_string("50%") == "50%"
+    assert delete_extra_zero("007") == "7" and delete_extra_zero("3/0") == "3/0"
+    assert delete_extra_zero("12/") == "12/" and delete_extra_zero("-3/4") == "-0.75"
+
+
+def test_programs_run_as_the_official_executor_runs_them():
+    main_guarded = "def f():\n    return 42\nif __name__ == '__main__':\n    print(f())"
+    assert run_program(main_guarded).stdout.strip() == "42"  # strict: runs as a script
+    r = run_program(wrap_program(main_guarded))
+    assert r.ok and r.stdout == ""  # official: the __main__ block does not run
+    star = "from math import *\nprint(sqrt(16))"
+    assert run_program(star).stdout.strip() == "4.0"
+    assert not run_program(wrap_program(star)).ok  # "import *" inside run_it is a SyntaxError
+    assert run_program(wrap_program("x = 3\nprint(x * 2)")).stdout.strip() == "6"
+
+
+def _problems():
+    return [Problem("0", "What is 2 + 3?", "5", "5"), Problem("1", "What is 4 + 4?", "8", "8"),
+            Problem("2", "What is 1 + 1?", "2", "2")]
+
+
+def _backend(prompt):
+    q = prompt.split("### Instruction:\n")[1]
+    if "program" in q:
+        if "2 + 3" in q:
+            return "The sum is 5."  # no print(: official answers from the text, strict re-asks
+        if "4 + 4" in q:
+            return "def main():\n    print(4 + 4)\nif __name__ == '__main__':\n    main()"
+        return "x = 1 + 1\nprint(x)"
+    return {"2 + 3": "The answer is 6.", "4 + 4": "The answer is 8.", "1 + 1": "The answer is 3."}[q.split("What is ")[1][:5]]
+
+
+def test_pot_with_cot_backup_official_vs_strict_from_one_generation_pass(tmp_path):
+    out = tmp_path / "g.jsonl"
+    be = ScriptedBackend(_backend)
+    evaluate_problems(_problems(), be, "svamp", "open_number", "paper", SAMPLING, out, protocol="official")
+    recs, _ = read_jsonl(out)
+    # official: "The sum is 5." answers 5 from the text; the __main__-guarded program prints nothing
+    # under the official executor -> CoT backup (8); the plain program prints 2
+    assert [(r["pred"], r["mode"]) for r in recs] == [("5", "pot"), ("8", "cot_backup"), ("2", "pot")]
+    assert [r["correct"] for r in recs] == [True, True, True]
+    # the backup was generated for problem 0 too, because strict needs it there
+    assert [len(r["attempts"]) for r in recs] == [2, 2, 1]
+    strict = rescore(recs, "svamp", "strict")
+    # strict: no program -> re-asked (6, wrong); the guarded program runs as a script (8)
+    assert [(r["pred"], r["mode"]) for r in strict] == [("6", "cot_backup"), ("8", "pot"), ("2", "pot")]
+    assert [r["correct"] for r in strict] == [False, True, True]
+    calls = be.calls
+    assert rescore(strict, "svamp", "official") == recs
+    assert be.calls == calls  # rescoring generates nothing
+
+
+def test_multiple_choice_executes_programs_under_official(tmp_path):
+    out = tmp_path / "g.jsonl"
+    be = ScriptedBackend(lambda p: "x = 66\nprint(chr(x))")
+    p = [Problem("0", "Pick\nAnswer Choices: (A) 1 (B) 2 (C) 3 (D) 4", "B", "B")]
+    evaluate_problems(p, be, "sat", "multiple_choice", "paper", SAMPLING, out, protocol="official")
+    (r,), _ = read_jsonl(out)
+    assert (r["pred"], r["correct"]) == ("B", True)  # run_choice.py executes any "print("
+    (s,) = rescore([r], "sat", "strict")
+    assert (s["pred"], s["correct"]) == ("", False)  # strict reads the text: no standalone letter
