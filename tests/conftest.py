@@ -20,14 +20,17 @@ torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("NUMLEARN_SHARED_DIR", REPO.parent / "shared"))
-DATA_DIR = Path(os.environ.get("NUMLEARN_DATA_DIR", SHARED / "data"))
-TOKENIZERS = SHARED / "assets" / "tokenizers"
+# The repo's own data root (`make data`) first; a local copy beside the clone otherwise.
+DATA_DIR = Path(os.environ.get("NUMLEARN_DATA_DIR") or
+                (REPO / "data" if (REPO / "data" / "benchmarks").is_dir() else SHARED / "data"))
+TOKENIZERS = Path(os.environ.get("NUMLEARN_ASSETS_DIR") or
+                  (REPO / "assets" if (REPO / "assets" / "tokenizers").is_dir() else SHARED / "assets")) / "tokenizers"
 
 
 def _need(path: Path, what: str):
     if not path.exists():
-        pytest.skip(f"{what} not found at {path}: these tests need the shared/ folder beside the repo "
-                    "(CI has it; set NUMLEARN_SHARED_DIR to point at a copy)")
+        pytest.skip(f"{what} not found at {path}: run `make data` / `make assets` (with NUMLEARN_DATA_MIRROR / "
+                    "NUMLEARN_ASSETS_MIRROR offline), or set NUMLEARN_DATA_DIR / NUMLEARN_ASSETS_DIR")
     return path
 
 

@@ -119,8 +119,11 @@ def test_paper_row_effective_weights_follow_from_the_official_harness(preset):
         assert dict(row.alpha) == {"del": 0.1, "ntl": 0.1, "dist2": 0.1}
 
 
+EXPERIMENTS = sorted(f.stem for f in (CONF / "experiment").glob("*.yaml"))
+
+
 @pytest.mark.parametrize("preset,harness", [(p, h) for p in PAPER_PRESETS for h in ("numlearn", "official")]
-                         + [("table1_tiny", "numlearn")])
+                         + [(p, "numlearn") for p in EXPERIMENTS if p not in PAPER_PRESETS])
 def test_every_preset_builds_every_loss_before_any_weights(preset, harness, char_tokenizer):
     """Fail fast: every option of every (preset, loss) is valid -- the loss is built from the
     composed config with a tokenizer only (EMO unbound), as ``numlearn.train`` does first."""
@@ -200,3 +203,11 @@ def test_bad_training_options_are_one_line(override, message):
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_an_experiment_can_set_what_evaluation_loads():
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("evaluate", overrides=["experiment=eval_smoke_smollm2"], return_hydra_config=True)
+        tiny = compose("evaluate", overrides=["experiment=table1_tiny", "loss=del"], return_hydra_config=True)
+    assert cfg.model_path.endswith("/smollm2-eval") and cfg.eval_dir.endswith("eval_smoke/smollm2-135m")
+    assert tiny.model_path == f"{tiny.run_dir}/final" and tiny.hydra.output_subdir == "eval/.hydra"

@@ -168,3 +168,22 @@ def test_joint_and_split_boundaries_with_real_tokenizers(shared_tokenizers, fami
         assert j_t == s_t
     with pytest.raises(ValueError, match="data.boundary"):
         tokenize_records(rec, tok, 2000, tmpl, "both")
+
+
+def test_make_data_fills_the_data_root_from_a_mirror_and_refuses_bad_checksums(data_dir, tmp_path, capsys):
+    from numlearn.data.fetch import fetch, wanted_files
+
+    wanted = wanted_files()
+    assert {"gsm8k", "math", "aqua", "sat", "svamp", "simuleq", "mmlu_mathematics", "math_train"} <= \
+        {w["name"] for w in wanted}
+    assert all(len(w["sha256"]) == 64 and w["url"].startswith("https://") for w in wanted)
+    out = tmp_path / "data"
+    assert fetch(out, ["sat", "gsm8k"], mirror=data_dir) == 0
+    assert (out / "benchmarks" / "sat" / "sat.json").read_bytes() == (data_dir / "benchmarks" / "sat" / "sat.json").read_bytes()
+    assert (out / "train" / "gsm8k" / "train.jsonl").exists()  # the gsm8k data config's training file
+    bad = tmp_path / "mirror" / "benchmarks" / "aqua"
+    bad.mkdir(parents=True)
+    (bad / "AQuA.json").write_text("{}\n")
+    assert fetch(out, ["aqua"], mirror=tmp_path / "mirror") == 1
+    assert not (out / "benchmarks" / "aqua" / "AQuA.json").exists()
+    assert "not written" in capsys.readouterr().err

@@ -49,7 +49,7 @@ def _pot_answer(prompt):
 
 def test_pot_completion_produces_the_right_answer(tmp_path):
     out = tmp_path / "g.jsonl"
-    evaluate_problems(_problems(3), ScriptedBackend(_pot_answer), "svamp", "open_number", "pot", SAMPLING, out)
+    evaluate_problems(_problems(3), ScriptedBackend(_pot_answer), "svamp", "pot", SAMPLING, out)
     recs, _ = read_jsonl(out)
     assert [r["pred"] for r in recs] == ["0", "2", "4"] and all(r["correct"] for r in recs)
     assert all(r["mode"] == "pot" and r["program_ok"] for r in recs)
@@ -62,7 +62,7 @@ def test_paper_mode_falls_back_to_cot(tmp_path):
             return "print(undefined_name)" if i % 2 else "I cannot write code."
         return f"The answer is {2 * i}."
     out = tmp_path / "g.jsonl"
-    evaluate_problems(_problems(4), ScriptedBackend(fn), "gsm8k", "open_number", "paper", SAMPLING, out)
+    evaluate_problems(_problems(4), ScriptedBackend(fn), "gsm8k", "paper", SAMPLING, out)
     recs, _ = read_jsonl(out)
     assert [r["mode"] for r in recs] == ["cot_backup"] * 4
     assert all(r["correct"] for r in recs)
@@ -75,7 +75,7 @@ def test_multiple_choice_uses_primed_cot(tmp_path):
     be = ScriptedBackend(lambda p: "The answer is (C)")
     out = tmp_path / "g.jsonl"
     evaluate_problems([Problem("0", "Pick one\nAnswer Choices: (A) 1 (B) 2 (C) 3 (D) 4", "C")], be, "sat",
-                      "multiple_choice", "paper", SAMPLING, out)
+                      "paper", SAMPLING, out)
     assert be.prompts[0].endswith("### Response: Let's solve the multi-choice question step by step.\n")
     assert read_jsonl(out)[0][0]["correct"]
 
@@ -84,12 +84,12 @@ def test_interrupted_run_resumes_without_regenerating(tmp_path):
     out = tmp_path / "g.jsonl"
     be = ScriptedBackend(_pot_answer, fail_after_calls=2)
     with pytest.raises(KeyboardInterrupt):
-        evaluate_problems(_problems(10), be, "svamp", "open_number", "cot", SAMPLING, out, chunk_size=3)
+        evaluate_problems(_problems(10), be, "svamp", "cot", SAMPLING, out, chunk_size=3)
     assert len(read_jsonl(out)[0]) == 6
     with open(out, "a") as f:
         f.write('{"id": "6", "pred"')  # a line cut by the interruption
     be2 = ScriptedBackend(_pot_answer)
-    info = evaluate_problems(_problems(10), be2, "svamp", "open_number", "cot", SAMPLING, out, chunk_size=3)
+    info = evaluate_problems(_problems(10), be2, "svamp", "cot", SAMPLING, out, chunk_size=3)
     assert info["n_resumed"] == 6 and info["n_dropped_lines"] == 1
     assert len(be2.prompts) == 4  # only the four unfinished problems were generated
     recs, bad = read_jsonl(out)
@@ -103,7 +103,7 @@ def test_metrics_by_hand():
         {"id": "c", "pred": "1.25", "gt": "1.5", "correct": False, "mode": "pot", "program_ok": True},
         {"id": "d", "pred": "", "gt": "7", "correct": False, "mode": "pot", "program_ok": False},
     ]
-    m = compute_metrics(recs, "open_number")
+    m = compute_metrics(recs, "number")
     assert m["accuracy"] == 0.25 and m["n_empty_pred"] == 1 and m["n_program_failed"] == 1
     import math
     expected = (0 + abs(math.log(124 + 1e-8) - math.log(123 + 1e-8)) + abs(math.log(1.25 + 1e-8) - math.log(1.5 + 1e-8))) / 3
@@ -128,7 +128,7 @@ def test_seven_benchmarks_load_and_verify(data_dir, tmp_path, name, n):
     probs, info = load_benchmark(bcfg, data_dir, tmp_path)
     assert len(probs) == n and info["sha256"] == bcfg.sha256
     assert all(p.answer != "" for p in probs)
-    if bcfg.kind == "multiple_choice":
+    if bcfg.answer == "choice":
         assert all(p.answer in "ABCDE" for p in probs) and "Answer Choices: (A)" in probs[0].question
 
 
@@ -193,3 +193,30 @@ def test_evaluate_end_to_end_and_scorer(saved_tiny_model, tmp_path):
     # re-running resumes: nothing is generated again
     files = run_evaluation(cfg)
     assert json.loads(files[0].read_text())["generation"]["n_resumed"] == 6
+
+
+def test_a_new_benchmark_is_one_yaml(tmp_path):
+    """A toy multiple-choice benchmark in an existing file format: a YAML node and a data file, no
+    code. Its choice letters, trigger and loader reach extraction, prompting and scoring."""
+    from numlearn.evaluation.spec import BenchmarkSpec
+
+    data = tmp_path / "data" / "toy.json"
+    data.parent.mkdir()
+    data.write_text(json.dumps([{"question": "2 + 2?\nAnswer Choices: (P) 3 (Q) 4", "answer": "Q"},
+                                {"question": "1 + 2?\nAnswer Choices: (P) 3 (Q) 4", "answer": "P"}]))
+    bcfg = OmegaConf.create({"name": "toy", "file": "toy.json", "loader": "question_answer", "answer": "choice",
+                             "choice_letters": "PQ", "triggers": ["=>"], "max_new_tokens": 8})
+    spec = BenchmarkSpec.from_config(bcfg)
+    probs, info = load_benchmark(bcfg, tmp_path / "data", tmp_path)
+    assert info["kind"] == "choice" and info["spec"]["choice_letters"] == "PQ"
+    be = ScriptedBackend(lambda p: "I pick => Q, not P" if "2 + 2" in p else "maybe P or Q")
+    out = tmp_path / "g.jsonl"
+    evaluate_problems(probs, be, spec, "paper", SAMPLING, out)
+    recs, _ = read_jsonl(out)
+    assert be.prompts[0].endswith("step by step.\n")  # a choice benchmark is primed
+    assert [r["pred"] for r in recs] == ["Q", "Q"]  # its trigger "=>": first letter after it; else the last
+    assert [r["correct"] for r in recs] == [True, False]
+    with pytest.raises(ValueError, match="choice_letters"):
+        BenchmarkSpec.from_config({**bcfg, "choice_letters": None})
+    with pytest.raises(DataError, match="unknown loader 'csv'"):
+        load_benchmark(OmegaConf.create({**bcfg, "loader": "csv"}), tmp_path / "data", tmp_path)

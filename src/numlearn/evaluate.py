@@ -6,7 +6,6 @@ and mode, ``<eval_dir>/<benchmark>/<mode>/generations.jsonl`` and ``result.json`
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,9 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import compute_metrics
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
+    from numlearn.evaluation.spec import BenchmarkSpec
     from numlearn.provenance import provenance, write_json
+    from numlearn.rundirs import run_meta_of_model
 
     ecfg = cfg.eval
     protocol = check_protocol(str(ecfg.get("protocol", "strict")))
@@ -40,16 +41,14 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     loaded = {}
     for name, bcfg in ecfg.benchmarks.items():
         loaded[name] = load_benchmark(bcfg, data_root, cache_dir, limit=ecfg.get("limit"))
-    run_meta = {}
-    run_json = Path(model_path).parent / "run.json"
-    if run_json.exists():
-        rj = json.loads(run_json.read_text())
+    rj = run_meta_of_model(model_path)
+    if rj is not None:
         run_meta = {k: rj.get(k) for k in ("experiment", "model", "loss", "alpha", "seed", "run_dir", "loss_repr",
-                                           "aux_effective_weight")}
+                                           "aux_effective_weight", "harness", "aux_normalization")}
         run_meta["train_git"] = rj.get("git")
     else:
         run_meta = {"experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,
-                    "seed": int(cfg.seed)}
+                    "seed": int(cfg.seed), "run_dir": None}
     backend = get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
                           tensor_parallel_size=ecfg.get("tensor_parallel_size", 1),
                           max_model_len=ecfg.get("max_model_len", 4096), seed=int(cfg.seed),
@@ -57,11 +56,11 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     prov = provenance()
     written = []
     for name, (problems, info) in loaded.items():
-        bcfg = ecfg.benchmarks[name]
+        spec = BenchmarkSpec.from_config(ecfg.benchmarks[name])
         modes = list(ecfg.modes)
-        if "paper" not in modes and bcfg.kind == "multiple_choice":
+        if "paper" not in modes and spec.answer == "choice":
             modes = ["cot"]
-        max_new = int(bcfg.max_new_tokens)
+        max_new = spec.max_new_tokens
         if ecfg.get("max_new_tokens_cap"):
             max_new = min(max_new, int(ecfg.max_new_tokens_cap))
         sampling = SamplingConfig(max_new_tokens=max_new, temperature=float(ecfg.temperature),
@@ -70,14 +69,14 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
             out = eval_dir / name / mode
             t0 = time.time()
             gen_info = evaluate_problems(
-                problems, backend, name, bcfg.kind, mode, sampling, out / "generations.jsonl",
+                problems, backend, spec, mode, sampling, out / "generations.jsonl",
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol,
             )
             wanted = {p.id for p in problems}
             recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
-            metrics = compute_metrics(recs, bcfg.kind)
+            metrics = compute_metrics(recs, spec.answer)
             correct_by_id = {r["id"]: int(r["correct"]) for r in recs}
             result = {
                 "benchmark": info, "mode": mode, "protocol": protocol, "metrics": metrics, "n": metrics["n"],

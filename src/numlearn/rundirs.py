@@ -30,6 +30,21 @@ def configured_run_roots(overrides: list[str]) -> list[Path]:
     return out
 
 
+RUN_META = "run.json"
+FINAL = "final"
+
+
+def run_meta_of_model(model_path: str | Path) -> dict | None:
+    """The ``run.json`` of the training run whose ``final/`` is ``model_path``; None for a model that
+    no numlearn run produced (a hub name, another directory)."""
+    import json
+
+    p = Path(model_path)
+    if p.name != FINAL or not (p.parent / RUN_META).exists():
+        return None
+    return json.loads((p.parent / RUN_META).read_text())
+
+
 def main(argv: list[str] | None = None) -> None:
     for p in configured_run_roots(list(sys.argv[1:] if argv is None else argv)):
         print(p)

@@ -1,10 +1,19 @@
-"""``make data``: download the seven benchmark files from their public sources (pinned commits,
-conf/eval/benchmark/*.yaml ``url``) and verify each sha256. Needs a network."""
+"""``make data``: fill the data root with the seven benchmark files and the local training files,
+each checked against the sha256 pinned in its config (``conf/eval/benchmark/*.yaml``; the
+``fetch:`` lists of ``conf/data/*.yaml``).
+
+    python -m numlearn.data.fetch --out data                       # download from the pinned URLs
+    NUMLEARN_DATA_MIRROR=/path/to/copy python -m numlearn.data.fetch --out data   # copy from a local mirror
+
+A file already present with the right checksum is kept; a wrong checksum is never written.
+"""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
+import shutil
 import sys
 import urllib.request
 from pathlib import Path
@@ -14,40 +23,64 @@ from omegaconf import OmegaConf
 from numlearn.cli import REPO_ROOT
 
 
-def fetch(out: Path, names: list[str] | None = None) -> int:
-    bad = 0
-    for f in sorted((REPO_ROOT / "conf" / "eval" / "benchmark").glob("*.yaml")):
+def wanted_files(conf: Path = REPO_ROOT / "conf") -> list[dict]:
+    """``{"name", "file", "sha256", "url"}`` for every file a config reads from the data root."""
+    out = []
+    for f in sorted((conf / "eval" / "benchmark").glob("*.yaml")):
         b = OmegaConf.load(f)
-        if not b.get("file") or (names and b.name not in names):
+        if b.get("file"):
+            out.append({"name": b.name, "file": b.file, "sha256": b.sha256, "url": b.url})
+    for f in sorted((conf / "data").glob("*.yaml")):
+        d = OmegaConf.load(f)
+        for e in d.get("fetch") or []:
+            out.append({"name": d.name, "file": e.file, "sha256": e.sha256, "url": e.url})
+    return out
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fetch(out: Path, names: list[str] | None = None, mirror: Path | None = None) -> int:
+    bad = 0
+    for w in wanted_files():
+        if names and w["name"] not in names:
             continue
-        dest = out / b.file
-        if dest.exists() and hashlib.sha256(dest.read_bytes()).hexdigest() == b.sha256:
-            print(f"ok       {b.name}: {dest}")
+        dest = out / w["file"]
+        if dest.exists() and _sha(dest.read_bytes()) == w["sha256"]:
+            print(f"ok       {w['name']}: {dest}")
+            continue
+        try:
+            if mirror is not None:
+                print(f"copying  {w['name']}: {mirror / w['file']}", flush=True)
+                data = (mirror / w["file"]).read_bytes()
+            else:
+                print(f"fetching {w['name']}: {w['url']}", flush=True)
+                data = urllib.request.urlopen(w["url"], timeout=60).read()
+        except OSError as e:
+            print(f"error    {w['name']}: {e}", file=sys.stderr)
+            bad += 1
+            continue
+        if _sha(data) != w["sha256"]:
+            print(f"error    {w['name']}: sha256 {_sha(data)} != {w['sha256']}; not written", file=sys.stderr)
+            bad += 1
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        print(f"fetching {b.name}: {b.url}", flush=True)
-        try:
-            data = urllib.request.urlopen(b.url, timeout=60).read()
-        except OSError as e:
-            print(f"error    {b.name}: {e}", file=sys.stderr)
-            bad += 1
-            continue
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != b.sha256:
-            print(f"error    {b.name}: sha256 {digest} != {b.sha256}; not written", file=sys.stderr)
-            bad += 1
-            continue
-        dest.write_bytes(data)
-        print(f"ok       {b.name}: {dest}")
+        tmp = dest.with_name(dest.name + ".part")
+        tmp.write_bytes(data)
+        shutil.move(tmp, dest)
+        print(f"ok       {w['name']}: {dest}")
     return 1 if bad else 0
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="data", help="data root to write benchmarks/ under (then paths.data_dir=<out>)")
+    ap.add_argument("--out", default="data", help="data root to fill (the default paths.data_dir is ./data)")
+    ap.add_argument("--mirror", default=os.environ.get("NUMLEARN_DATA_MIRROR"),
+                    help="copy from this local folder (same layout) instead of downloading; env NUMLEARN_DATA_MIRROR")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args(argv)
-    return fetch(Path(a.out), a.names or None)
+    return fetch(Path(a.out), a.names or None, Path(a.mirror) if a.mirror else None)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ OOD = Difficulty(int_digits=(2, 3), money_int_digits=(2, 2))
 
 
 @dataclass(frozen=True)
-class Problem:
+class SyntheticProblem:
     id: str
     split: str
     template: str
@@ -163,7 +163,7 @@ def _max_int_digits(nums) -> int:
     return max(len(str(int(abs(n)))) for n in nums if not isinstance(n, int) or n < 10**9)
 
 
-def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = None) -> Iterator[Problem]:
+def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = None) -> Iterator[SyntheticProblem]:
     """Endless stream of unique problems of ``split`` (deterministic in ``seed``)."""
     if split not in SPLITS:
         raise ValueError(f"unknown synthetic split {split!r}; choose one of {SPLITS}")
@@ -187,15 +187,15 @@ def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = Non
                 raise RuntimeError(f"synthetic split {split!r}: key space exhausted; lower n or raise difficulty")
             continue
         seen.add(key)
-        yield Problem(f"{split}-{len(seen) - 1:06d}", split, tname, q, cot, pot, ans, key)
+        yield SyntheticProblem(f"{split}-{len(seen) - 1:06d}", split, tname, q, cot, pot, ans, key)
 
 
-def generate(split: str, n: int, seed: int = 0, difficulty: Difficulty | None = None) -> list[Problem]:
+def generate(split: str, n: int, seed: int = 0, difficulty: Difficulty | None = None) -> list[SyntheticProblem]:
     it = iter_problems(split, seed, difficulty)
     return [next(it) for _ in range(n)]
 
 
-def write_split(path: str | Path, problems: list[Problem]) -> Path:
+def write_split(path: str | Path, problems: list[SyntheticProblem]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:

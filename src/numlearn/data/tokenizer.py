@@ -55,5 +55,6 @@ def cached_tokenizer(texts: list[str], cache_dir: str | Path, vocab_size: int = 
         tok = train_tokenizer(texts, vocab_size, tuple(phrases))
         tmp = path.with_name(path.name + ".tmp")
         tok.save_pretrained(tmp)
-        tmp.replace(path) if not path.exists() else None
+        if not path.exists():  # another process may have finished first; its copy is as good
+            tmp.replace(path)
     return AutoTokenizer.from_pretrained(path)

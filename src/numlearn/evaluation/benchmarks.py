@@ -4,12 +4,14 @@ it, and its checksum. A missing or altered file is an error that says where to g
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from numlearn.data.sources import DataError, read_records
 
 from .extract import last_boxed, normalize_truth
+from .spec import BenchmarkSpec
 
 
 @dataclass(frozen=True)
@@ -32,41 +34,71 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+# A loader turns one record of a benchmark file into (id, question, raw answer). Adding a
+# benchmark in an existing file format is one YAML; a new format adds one function here.
+LOADERS: dict[str, Callable[[int, dict], tuple[str, str, object]]] = {}
+
+
+def loader(name: str):
+    def register(fn):
+        LOADERS[name] = fn
+        return fn
+
+    return register
+
+
 def _choices_text(letters_and_texts) -> str:
     return "\nAnswer Choices: " + " ".join(f"({k}) {v}" for k, v in letters_and_texts)
 
 
-def _aqua_question(r: dict) -> str:
+@loader("gsm8k")
+def _gsm8k(i, r):
+    return str(i), r["question"].strip(), r["answer"].split("#### ")[-1].replace(",", "")
+
+
+@loader("svamp")
+def _svamp(i, r):
+    return str(r.get("ID", i)), f"{r['Body'].strip()} {r['Question'].strip()}", str(r["Answer"])
+
+
+@loader("question_answer")
+def _question_answer(i, r):
+    return str(i), r["question"], str(r["answer"])
+
+
+@loader("math")
+def _math(i, r):
+    ans = last_boxed(r["solution"])
+    if ans is None:
+        raise KeyError("no \\boxed{} answer in solution")
+    return str(r.get("idx", i)), r["problem"], ans
+
+
+@loader("aqua")
+def _aqua(i, r):
     # the official loader's formatting, byte for byte (it rewrites every "(" and ")" of the options)
     choice = ("(" + "(".join(r["options"])).replace("(", " (").replace(")", ") ")
-    return r["question"].strip() + "\n" + "Answer Choices:" + choice
+    return str(i), r["question"].strip() + "\n" + "Answer Choices:" + choice, r["correct"]
 
 
-def _load_records(name: str, loader: str, recs: list[dict]) -> list[tuple[str, str, object]]:
+@loader("mmlu")
+def _mmlu(i, r):
+    return str(i), r["question"] + _choices_text(zip("ABCD", r["choices"])), "ABCD"[int(r["answer"])]
+
+
+@loader("synthetic")
+def _synthetic(i, r):
+    return r["id"], r["question"], r["answer"]
+
+
+def _load_records(name: str, loader_name: str, recs: list[dict]) -> list[tuple[str, str, object]]:
     """-> [(id, question, raw answer)]"""
-    out = []
+    if loader_name not in LOADERS:
+        raise DataError(f"benchmark {name!r}: unknown loader {loader_name!r}; registered: {sorted(LOADERS)}")
+    fn, out = LOADERS[loader_name], []
     for i, r in enumerate(recs):
         try:
-            if loader == "gsm8k":
-                out.append((str(i), r["question"].strip(), r["answer"].split("#### ")[-1].replace(",", "")))
-            elif loader == "svamp":
-                out.append((str(r.get("ID", i)), f"{r['Body'].strip()} {r['Question'].strip()}", str(r["Answer"])))
-            elif loader == "question_answer":
-                out.append((str(i), r["question"], str(r["answer"])))
-            elif loader == "math":
-                ans = last_boxed(r["solution"])
-                if ans is None:
-                    raise KeyError("no \\boxed{} answer in solution")
-                out.append((str(r.get("idx", i)), r["problem"], ans))
-            elif loader == "aqua":
-                out.append((str(i), _aqua_question(r), r["correct"]))
-            elif loader == "mmlu":
-                opts = list(zip("ABCD", r["choices"]))
-                out.append((str(i), r["question"] + _choices_text(opts), "ABCD"[int(r["answer"])]))
-            elif loader == "synthetic":
-                out.append((r["id"], r["question"], r["answer"]))
-            else:
-                raise DataError(f"benchmark {name!r}: unknown loader {loader!r}")
+            out.append(fn(i, r))
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise DataError(f"benchmark {name!r}: malformed record {i} ({type(e).__name__}: {e}); "
                             f"fields present: {sorted(r) if isinstance(r, dict) else type(r).__name__}") from None
@@ -92,6 +124,7 @@ def resolve_file(bcfg, data_root: str | Path, cache_dir: str | Path) -> tuple[Pa
 
 def load_benchmark(bcfg, data_root: str | Path, cache_dir: str | Path, limit: int | None = None,
                    verify: bool = True) -> tuple[list[Problem], dict]:
+    spec = BenchmarkSpec.from_config(bcfg)
     path, expected = resolve_file(bcfg, data_root, cache_dir)
     if not path.exists():
         raise DataError(f"benchmark {bcfg.name!r}: file {path} not found; get it with `make data` (source: "
@@ -100,13 +133,13 @@ def load_benchmark(bcfg, data_root: str | Path, cache_dir: str | Path, limit: in
     if verify and expected and digest != expected:
         raise DataError(f"benchmark {bcfg.name!r}: {path} has sha256 {digest[:12]}..., expected {expected[:12]}... "
                         "(file altered or a different version); re-fetch it with `make data`")
-    rows = _load_records(bcfg.name, bcfg.loader, read_records(path))
+    rows = _load_records(spec.name, spec.loader, read_records(path))
     if bcfg.get("records") and len(rows) != int(bcfg.records):
         raise DataError(f"benchmark {bcfg.name!r}: {len(rows)} records, expected {bcfg.records}")
     if limit:
         rows = rows[: int(limit)]
-    problems = [Problem(pid, q, normalize_truth(bcfg.name, a), str(a)) for pid, q, a in rows]
-    info = {"name": bcfg.name, "file": str(path), "sha256": digest, "records_total": len(rows) if not limit else None,
-            "n_evaluated": len(problems), "version": bcfg.get("version"), "kind": bcfg.kind,
-            "mode": bcfg.mode, "loader": bcfg.loader}
+    problems = [Problem(pid, q, normalize_truth(spec, a), str(a)) for pid, q, a in rows]
+    info = {"name": spec.name, "file": str(path), "sha256": digest, "records_total": len(rows) if not limit else None,
+            "n_evaluated": len(problems), "version": bcfg.get("version"), "kind": spec.answer,
+            "loader": spec.loader, "spec": asdict(spec)}
     return problems, info

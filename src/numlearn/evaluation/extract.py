@@ -1,4 +1,4 @@
-"""Answer extraction and comparison (EVAL.md, the MAmmoTH protocol as adapted by the DEL authors).
+"""Answer extraction and comparison (the MAmmoTH protocol as adapted by the DEL authors; docs/evaluation.md).
 
 Three answer kinds:
 * ``number`` (gsm8k, svamp, simuleq, synthetic): after the last trigger ("The answer is", ...),
@@ -21,17 +21,10 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-TRIGGERS = ("The answer is:", "The answer is", "the answer is")
-BENCHMARK_KINDS = {
-    "gsm8k": "number", "svamp": "number", "simuleq": "number", "math": "math",
-    "aqua": "choice", "sat": "choice", "mmlu_mathematics": "choice",
-    "synthetic_test": "number", "synthetic_ood": "number",
-}
-CHOICE_LETTERS = {"aqua": "ABCDE", "sat": "ABCD", "mmlu_mathematics": "ABCD"}
-# the loader that produced each benchmark's raw truth (the official protocol normalises per loader)
-BENCHMARK_LOADERS = {"gsm8k": "gsm8k", "svamp": "svamp", "simuleq": "question_answer", "math": "math",
-                     "aqua": "aqua", "sat": "question_answer", "mmlu_mathematics": "mmlu",
-                     "synthetic_test": "synthetic", "synthetic_ood": "synthetic"}
+from .spec import BASE_TRIGGERS as TRIGGERS
+from .spec import BenchmarkSpec, as_spec
+
+_NUM = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?|-?\.\d+")
 PROTOCOLS = ("strict", "official")
 
 
@@ -39,14 +32,11 @@ def check_protocol(protocol: str) -> str:
     if protocol not in PROTOCOLS:
         raise ValueError(f"eval.protocol={protocol!r}; choose one of {PROTOCOLS}")
     return protocol
-_NUM = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?|-?\.\d+")
 
 
-def answer_kind(benchmark: str) -> str:
-    try:
-        return BENCHMARK_KINDS[benchmark]
-    except KeyError:
-        raise ValueError(f"unknown benchmark {benchmark!r}; choose one of {sorted(BENCHMARK_KINDS)}") from None
+def answer_kind(benchmark: str | BenchmarkSpec) -> str:
+    """``number``, ``math`` or ``choice``, from the benchmark's spec."""
+    return as_spec(benchmark).answer
 
 
 def _after_trigger(text: str, extra: tuple[str, ...] = ()) -> tuple[str, bool]:
@@ -178,15 +168,16 @@ def extract_math(text: str) -> str:
     return normalize_math(box) if box else ""
 
 
-def extract_choice(text: str, letters: str = "ABCDE", force_letter: bool = False) -> str:
-    tail, found = _after_trigger(text)
+def extract_choice(text: str, letters: str = "ABCDE", force_letter: bool = False,
+                   extra_triggers: tuple[str, ...] = ()) -> str:
+    tail, found = _after_trigger(text, extra_triggers)
     hits = re.findall(rf"\b([{letters}])\b", tail)
     if hits:
         return hits[0] if found else hits[-1]
     return letters[0] if force_letter else ""
 
 
-def extract_answer(benchmark: str, completion: str, protocol: str = "strict",
+def extract_answer(benchmark: str | BenchmarkSpec, completion: str, protocol: str = "strict",
                    force_choice_letter: bool = False) -> str:
     """Normalised prediction for ``benchmark`` from a completion ("" when there is none).
 
@@ -194,26 +185,27 @@ def extract_answer(benchmark: str, completion: str, protocol: str = "strict",
     choice after its forcing of "A" when no letter A-J is found (``force_choice_letter`` is the
     strict protocol's opt-in to the same rule).
     """
-    kind = answer_kind(benchmark)
+    spec = as_spec(benchmark)
     if check_protocol(protocol) == "official":
         from . import official
 
-        pred = official.answer_clean(benchmark, kind, completion)
-        return official.force_choice(pred) if kind == "choice" else pred
-    if kind == "number":
-        return extract_number(completion, ("####",) if benchmark == "gsm8k" else ())
-    if kind == "math":
+        pred = official.answer_clean(spec.answer, completion, official.triggers_for(spec))
+        return official.force_choice(pred) if spec.answer == "choice" else pred
+    if spec.answer == "number":
+        return extract_number(completion, spec.triggers)
+    if spec.answer == "math":
         return extract_math(completion)
-    return extract_choice(completion, CHOICE_LETTERS.get(benchmark, "ABCDE"), force_choice_letter)
+    return extract_choice(completion, spec.choice_letters, force_choice_letter, spec.triggers)
 
 
-def normalize_truth(benchmark: str, answer, protocol: str = "strict") -> str:
+def normalize_truth(benchmark: str | BenchmarkSpec, answer, protocol: str = "strict") -> str:
     """The ground truth as ``protocol`` compares it, from the loader's raw answer."""
-    kind = answer_kind(benchmark)
+    spec = as_spec(benchmark)
+    kind = spec.answer
     if check_protocol(protocol) == "official":
         from . import official
 
-        return official.truth(BENCHMARK_LOADERS[benchmark], answer)
+        return official.truth(spec.loader, answer)
     if kind == "number":
         return normalize_number(str(answer))
     if kind == "math":
@@ -221,19 +213,20 @@ def normalize_truth(benchmark: str, answer, protocol: str = "strict") -> str:
     return str(answer).strip().upper()
 
 
-def is_correct(benchmark: str, pred: str, ground_truth, protocol: str = "strict") -> bool:
+def is_correct(benchmark: str | BenchmarkSpec, pred: str, ground_truth, protocol: str = "strict") -> bool:
     """The benchmark's comparator on the raw ground truth. strict: exact match of normalised
     strings (numbers compared as canonical decimal strings, so "5.0" == "5" and "1,000" ==
     "1000"); official: the official comparison (case-insensitive string equality with the
     official loader's truth, the "(a)" substring rule; exact letters for multiple choice)."""
-    kind = answer_kind(benchmark)
+    spec = as_spec(benchmark)
+    kind = spec.answer
     if check_protocol(protocol) == "official":
         from . import official
 
-        return official.is_correct(kind, pred, normalize_truth(benchmark, ground_truth, "official"))
+        return official.is_correct(kind, pred, normalize_truth(spec, ground_truth, "official"))
     if pred == "":
         return False
-    truth = normalize_truth(benchmark, ground_truth)
+    truth = normalize_truth(spec, ground_truth)
     if kind == "number":
         return normalize_number(pred) == truth
     if kind == "math":

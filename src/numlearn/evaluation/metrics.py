@@ -83,7 +83,7 @@ def compute_metrics(records: list[dict], kind: str) -> dict:
         "modes": dict(Counter(r["mode"] for r in records)),
         "n_program_failed": sum(r.get("program_ok") is False for r in records),
     }
-    if kind == "open_number":
+    if kind in ("number", "open_number"):  # open_number: result files written before the spec
         out.update(numeric_metrics(records))
     if any("correct_symbolic" in r for r in records):
         sym = [r["correct_symbolic"] for r in records if r.get("correct_symbolic") is not None]

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import re
 
-TRIGGERS = ("The answer is:", "The answer is", "the answer is")
-GSM8K_TRIGGERS = TRIGGERS + ("####",)
-CHOICE_TRIGGERS = ("####", "The answer is")  # run_choice.py passes these, not TRIGGERS
+CHOICE_TRIGGERS = ("####", "The answer is")  # run_choice.py passes these, not the open-set ones
 CHOICE_LETTERS = tuple("ABCDEFGHIJ")
 _NUMBER = re.compile(r"-?\d+/?\.?\d*")
 _LAST_NUMBER = re.compile(r"-?\d*\.?\d+")
@@ -34,10 +32,10 @@ _INT_LITERAL = re.compile(r"0+|[1-9][0-9]*")  # Python literals are ASCII; "007"
 _FLOAT_LITERAL = re.compile(r"[0-9]+\.[0-9]*|\.[0-9]+")
 
 
-def triggers_for(benchmark: str, answer: str) -> tuple[str, ...]:
-    if answer == "choice":
-        return CHOICE_TRIGGERS
-    return GSM8K_TRIGGERS if benchmark == "gsm8k" else TRIGGERS
+def triggers_for(spec) -> tuple[str, ...]:
+    """run_open.py: "The answer is:", "The answer is", "the answer is" (+ "####" on GSM8K, the
+    spec's extra trigger); run_choice.py: its own pair."""
+    return CHOICE_TRIGGERS if spec.answer == "choice" else spec.all_triggers
 
 
 # ---------------------------------------------------------------- numbers
@@ -160,10 +158,9 @@ def extract_math_answer(text: str, answer_flag: bool) -> str:
 
 
 # ---------------------------------------------------------------- answer cleaning and comparison
-def answer_clean(benchmark: str, answer: str, text: str, triggers: tuple[str, ...] | None = None) -> str:
+def answer_clean(answer: str, text: str, triggers: tuple[str, ...]) -> str:
     """``utils.answer_clean`` for one of our answer kinds (number, math, choice). For multiple
     choice this is the cleaned string before ``run_choice``'s forcing of "A"."""
-    triggers = triggers or triggers_for(benchmark, answer)
     pred = text.strip("\n")
     if any(pred.count(t) > 1 for t in triggers):
         pred = pred.split("\n\n")[0]

@@ -24,15 +24,9 @@ from numlearn.data.prompts import MC_PRIMER, POT_SUFFIX, format_prompt
 from . import official
 from .backends.base import SamplingConfig
 from .benchmarks import Problem
-from .extract import (
-    answer_kind,
-    check_protocol,
-    extract_answer,
-    is_correct,
-    is_equivalent_symbolic,
-    normalize_truth,
-)
+from .extract import check_protocol, extract_answer, is_correct, is_equivalent_symbolic, normalize_truth
 from .sandbox import run_program
+from .spec import BenchmarkSpec, as_spec
 
 MODES = ("cot", "pot", "paper")
 
@@ -75,7 +69,7 @@ def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float) -> d
     return att
 
 
-def _strict_pred(benchmark: str, att: dict, requested: str, force_choice_letter: bool) -> str:
+def _strict_pred(benchmark: BenchmarkSpec, att: dict, requested: str, force_choice_letter: bool) -> str:
     if att["kind"] == "pot":
         prog = (att["program"] or {}).get("strict")
         if prog is not None:
@@ -84,25 +78,25 @@ def _strict_pred(benchmark: str, att: dict, requested: str, force_choice_letter:
     return extract_answer(benchmark, att["completion"], force_choice_letter=force_choice_letter)
 
 
-def _official_pred(benchmark: str, att: dict) -> str:
+def _official_pred(benchmark: BenchmarkSpec, att: dict) -> str:
     # run_open.py / run_choice.py: any completion with "print(" is executed, whatever was asked;
     # a failed or silent program answers "" (then the CoT backup, on open sets under paper).
     prog = (att["program"] or {}).get("official")
     text = att["completion"] if prog is None else "The answer is " + (prog["output"].strip("\n") if prog["ok"] else "")
-    kind = answer_kind(benchmark)
-    pred = official.answer_clean(benchmark, kind, text)
-    return official.force_choice(pred) if kind == "choice" else pred
+    pred = official.answer_clean(benchmark.answer, text, official.triggers_for(benchmark))
+    return official.force_choice(pred) if benchmark.answer == "choice" else pred
 
 
-def first_attempt_preds(benchmark: str, att: dict, requested: str, force_choice_letter: bool = False) -> dict:
+def first_attempt_preds(benchmark: BenchmarkSpec, att: dict, requested: str, force_choice_letter: bool = False) -> dict:
     return {"strict": _strict_pred(benchmark, att, requested, force_choice_letter),
             "official": _official_pred(benchmark, att)}
 
 
-def score_row(benchmark: str, row: dict, protocol: str, force_choice_letter: bool = False) -> dict:
+def score_row(benchmark: str | BenchmarkSpec, row: dict, protocol: str, force_choice_letter: bool = False) -> dict:
     """The answer of one generations line under ``protocol``: pred, correct, the truth as that
     protocol compares it, and which attempt answered (``mode``)."""
     check_protocol(protocol)
+    benchmark = as_spec(benchmark)
     atts, requested = row["attempts"], row["requested_mode"]
     if protocol == "strict":
         pred = _strict_pred(benchmark, atts[0], requested, force_choice_letter)
@@ -138,10 +132,12 @@ class _Progress:
             self.bar.close()
 
 
-def evaluate_problems(problems: list[Problem], backend, benchmark: str, kind: str, mode: str, sampling: SamplingConfig,
-                      out_path: str | Path, pot_timeout_s: float = 5.0, force_choice_letter: bool = False,
-                      symbolic_math: bool = False, chunk_size: int = 64, protocol: str = "strict") -> dict:
+def evaluate_problems(problems: list[Problem], backend, benchmark: str | BenchmarkSpec, mode: str,
+                      sampling: SamplingConfig, out_path: str | Path, pot_timeout_s: float = 5.0,
+                      force_choice_letter: bool = False, symbolic_math: bool = False, chunk_size: int = 64,
+                      protocol: str = "strict") -> dict:
     """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}."""
+    benchmark = as_spec(benchmark)
     if mode not in MODES:
         raise ValueError(f"unknown eval mode {mode!r}; choose one of {MODES}")
     check_protocol(protocol)
@@ -154,9 +150,9 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str, kind: st
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
     done_ids = {r["id"] for r in done}
     todo = [p for p in problems if p.id not in done_ids]
-    mc = kind == "multiple_choice"
+    mc = benchmark.answer == "choice"
     use_pot = (mode == "pot" or (mode == "paper" and not mc))
-    bar = _Progress(len(todo), f"{benchmark}/{mode}")
+    bar = _Progress(len(todo), f"{benchmark.name}/{mode}")
     t0 = time.time()
     n_backups = 0
     for s in range(0, len(todo), chunk_size):
@@ -178,7 +174,7 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str, kind: st
         with open(out_path, "a", encoding="utf-8") as f:
             for r in rows:
                 r.update(score_row(benchmark, r, protocol, force_choice_letter))
-                if symbolic_math and kind == "open_math":
+                if symbolic_math and benchmark.answer == "math":
                     r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         bar.update(len(batch))
@@ -187,6 +183,8 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str, kind: st
             "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2)}
 
 
-def rescore(records: list[dict], benchmark: str, protocol: str, force_choice_letter: bool = False) -> list[dict]:
+def rescore(records: list[dict], benchmark: str | BenchmarkSpec, protocol: str,
+            force_choice_letter: bool = False) -> list[dict]:
     """The same generations answered under another protocol (nothing is generated or run)."""
+    benchmark = as_spec(benchmark)
     return [{**r, **score_row(benchmark, r, protocol, force_choice_letter)} for r in records]

@@ -20,6 +20,7 @@ from pathlib import Path
 from .extract import PROTOCOLS
 from .metrics import compute_metrics
 from .runner import read_jsonl, rescore
+from .spec import BenchmarkSpec
 
 
 def _same(a, b, tol=1e-9) -> bool:
@@ -36,8 +37,10 @@ def rescore_file(gen_path: Path, stored: dict, protocol: str) -> tuple[dict, lis
     if wanted is not None:
         recs = [r for r in recs if r["id"] in wanted]
     force = bool(((stored.get("config") or {}).get("eval") or {}).get("force_choice_letter", False))
-    recs = rescore(recs, stored["benchmark"]["name"], protocol, force)
-    return compute_metrics(recs, stored["benchmark"]["kind"]), recs
+    b = stored["benchmark"]
+    spec = BenchmarkSpec.from_config(b["spec"]) if b.get("spec") else b["name"]
+    recs = rescore(recs, spec, protocol, force)
+    return compute_metrics(recs, b["kind"]), recs
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,7 @@
 This package imports nothing from the rest of numlearn.
 """
 
-from .base import AUX_NORMALIZATIONS, LossOutput, TokenLoss, digit_view, effective_weight
+from .base import AUX_NORMALIZATIONS, LossOutput, TokenLoss, digit_summary, digit_view, effective_weight
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .registry import LOSSES, build_loss
@@ -18,6 +18,6 @@ from .token_level import EMOLoss, MixCELoss
 __all__ = [
     "AUX_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
-    "build_loss", "count_digit_targets", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
+    "build_loss", "count_digit_targets", "digit_summary", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
     "shift_targets",
 ]

@@ -211,15 +211,26 @@ class DigitLoss(TokenLoss):
         return f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, float_spans={self.float_spans}"
 
 
+def digit_summary(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
+    """Sums over the digit targets of a batch (add them across batches, divide by ``n``):
+    ``n``, ``correct`` (argmax of the ten digit logits is the target), ``entropy`` (nats, of the
+    digit-conditional distribution p), ``mass_by_distance[k]`` (p's mass at |digit - target| = k,
+    the paper's Figure 1 view) and the per-target ``entropies``."""
+    logp = torch.log_softmax(zd.float(), dim=-1)
+    p = logp.exp()
+    ent = -(p * logp).sum(-1)
+    dist = (torch.arange(10, device=zd.device) - dt.values.unsqueeze(1)).abs()
+    by_dist = torch.zeros(10, device=zd.device).index_add_(0, dist.reshape(-1), p.reshape(-1))
+    return {"n": torch.tensor(float(dt.count), device=zd.device),
+            "correct": (zd.argmax(-1) == dt.values).float().sum(), "entropy": ent.sum(),
+            "mass_by_distance": by_dist, "entropies": ent}
+
+
 def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
-    n = dt.count
-    if n == 0:
-        zero = torch.zeros((), device=zd.device)
-        return {"digit_acc": zero, "digit_entropy": zero, "n_digits": zero}
-    logp = torch.log_softmax(zd, dim=-1)
-    ent = -(logp.exp() * logp).sum(-1).mean()
-    acc = (zd.argmax(-1) == dt.values).float().mean()
-    return {"digit_acc": acc, "digit_entropy": ent, "n_digits": torch.tensor(float(n), device=zd.device)}
+    """Per-batch means for logging: ``digit_acc``, ``digit_entropy``, ``n_digits``."""
+    s = digit_summary(zd, dt)
+    n = max(float(s["n"]), 1.0)
+    return {"digit_acc": s["correct"] / n, "digit_entropy": s["entropy"] / n, "n_digits": s["n"]}
 
 
 def digit_view(logits, labels, vocab: DigitVocab, float_spans: bool = True):

@@ -1,4 +1,4 @@
-"""The digit-level losses of the paper's Table 1: MLE, NTL, DIST2 and DEL (METHOD.md).
+"""The digit-level losses of the paper's Table 1: MLE, NTL, DIST2 and DEL (docs/method.md).
 
 Each is ``CE + alpha * (sum over digit targets of a per-digit term) / normaliser`` where the term
 is computed in fp32 on the ``[N, 10]`` digit logits ``zd`` only.
@@ -9,21 +9,32 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import DigitLoss
+from .base import DigitLoss, LossOutput
 from .digits import DigitVocab
-from .spans import DigitTargets
+from .spans import IGNORE_INDEX, DigitTargets, shift_targets
 
 PLACE_WEIGHTS = ("official", "none")
 
 
 class MLELoss(DigitLoss):
     """Plain token cross-entropy. Digit statistics are still reported, so MLE runs can be compared
-    with the others on digit accuracy and digit-distribution entropy."""
+    with the others on digit accuracy and digit-distribution entropy. With a tokenizer that merges
+    digits (``vocab=None``) it is plain CE without digit statistics."""
 
     name = "mle"
 
-    def __init__(self, vocab: DigitVocab, aux_normalization: str = "step"):
+    def __init__(self, vocab: DigitVocab | None, aux_normalization: str = "step"):
         super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization)
+
+    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
+                 num_microbatches_in_step=None) -> LossOutput:
+        if self.vocab is not None:
+            return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step)
+        targets = shift_targets(labels.to(logits.device))
+        ce_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                                 ignore_index=IGNORE_INDEX, reduction="sum")
+        ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
+        return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
 
     def extra_repr(self) -> str:
         return ""

@@ -52,8 +52,8 @@ def build_loss(name: str, tokenizer, model=None, **options: Any) -> TokenLoss:
     if missing:
         raise ValueError(f"loss {key!r} needs {missing} (alpha: the weight of the numeric term on the step "
                          f"scale; see conf/loss/{key}.yaml)")
-    # Token-level losses only need the digit ids for logging; they work with any tokenizer.
-    if key in ("mixce", "emo"):
+    # Losses without a digit term only need the digit ids for logging; they work with any tokenizer.
+    if key in ("mle", "mixce", "emo"):
         try:
             vocab = digit_token_ids(tokenizer)
         except ValueError:

@@ -1,7 +1,7 @@
 """Number spans and place weights, vectorised over the whole batch.
 
 A number span is a maximal run of consecutive target positions whose tokens are digits or "."
-inside one sequence (METHOD.md). Runs never cross a row boundary or an ignored (-100) position,
+inside one sequence (docs/method.md). Runs never cross a row boundary or an ignored (-100) position,
 because both break the run. Everything below is tensor arithmetic on ``[B, T]`` index tensors;
 there is no Python loop over spans, tokens or rows.
 """
@@ -27,7 +27,7 @@ class DigitTargets:
     rows:       [N] long, flat index (b * T + t) of each digit target.
     values:     [N] long, the target digit 0..9.
     del_weight: [N] float32, DEL place weight (``2r`` for integer digits, ``1.02^-(k+1)`` for the
-                k-th position after the decimal point; METHOD.md).
+                k-th position after the decimal point; docs/method.md).
     int_place:  [N] float32, place ``r`` (units 1, tens 2, ...) within a run of digits where "."
                 breaks the run -- DIST2's integer place weight.
     """
@@ -81,7 +81,7 @@ def number_spans(
     float_spans: True -> "." inside a run joins integer and fraction (DEL's floating-point
         spans); False -> "." breaks runs, so every digit run is weighted as an integer.
 
-    Weights (METHOD.md): a span with its first "." at offset d > 0 gives integer digits
+    Weights (docs/method.md): a span with its first "." at offset d > 0 gives integer digits
     ``2 * (d - offset)`` and the k-th position after the point ``1.02^-(k+1)`` (later "." tokens
     count as positions); a span without such a point gives ``2 * r`` with r counted in positions
     from the span's right end. A sentence-final "." after a number is a point at the end, so the

@@ -1,4 +1,4 @@
-"""Token-level alternatives to MLE from the paper's loss ablation: MixCE and EMO (METHOD.md).
+"""Token-level alternatives to MLE from the paper's loss ablation: MixCE and EMO (docs/method.md).
 
 These act on the whole vocabulary, not on digits; they use ordinary autograd (they need per-token
 CE or the full softmax anyway). Each has two forms:

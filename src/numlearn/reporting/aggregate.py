@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         return 2
     print(res["markdown"])
     if a.wandb:
-        from .wandb_tables import log_tables
+        from numlearn.tracking import log_tables
 
         log_tables(a.out)
     return 0

@@ -1,4 +1,4 @@
-"""The paper's own reference numbers (EVAL.md: the authors' README, mACC over the seven
+"""The paper's own reference numbers (the authors' README, mACC over the seven
 benchmarks). Quoted, never mixed with ours. Per-benchmark Table 1 values are not available."""
 
 PAPER_MACC = {

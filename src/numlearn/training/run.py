@@ -38,36 +38,47 @@ def loss_options(loss_cfg) -> dict:
 
 
 
-def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_size: int = 32) -> dict:
-    """Teacher-forced CE, digit accuracy and digit entropy on held-out records."""
+def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32) -> dict:
+    """Teacher-forced CE and digit statistics of ``model`` on ``{"instruction", "output"}`` records
+    (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
+    ``n_digits``, ``n_examples``, plus ``mass_by_distance`` and ``entropies`` for analysis."""
     from numlearn.data.collate import PadCollator, tokenize_records
-    from numlearn.losses import digit_view
+    from numlearn.losses import digit_summary, digit_view, shift_targets
 
-    if getattr(loss_fn, "vocab", None) is None:
-        return {}
     feats, _ = tokenize_records(records, tokenizer, max_length)
     coll = PadCollator(tokenizer.pad_token_id)
+    was_training = model.training
     model.eval()
-    tot_ce = tot_tok = 0.0
-    correct = n_dig = ent = 0.0
+    ce_sum = n_tok = 0.0
+    tot: dict = {}
+    ents = []
     dev = next(model.parameters()).device
     with torch.no_grad():
         for i in range(0, len(feats), batch_size):
             b = {k: v.to(dev) for k, v in coll(feats[i : i + batch_size]).items()}
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            t = torch.nn.functional.pad(b["labels"][:, 1:], (0, 1), value=-100)
-            ce = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum")
-            tot_ce += float(ce)
-            tot_tok += float((t != -100).sum())
-            zd, dt = digit_view(logits, b["labels"], loss_fn.vocab)
-            if dt.count:
-                correct += float((zd.argmax(-1) == dt.values).sum())
-                logp = torch.log_softmax(zd, -1)
-                ent += float(-(logp.exp() * logp).sum())
-                n_dig += dt.count
-    model.train()
-    return {"ce": tot_ce / max(tot_tok, 1), "digit_acc": correct / max(n_dig, 1),
-            "digit_entropy": ent / max(n_dig, 1), "n_digits": int(n_dig), "n_examples": len(feats)}
+            t = shift_targets(b["labels"])
+            ce_sum += float(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum"))
+            n_tok += float((t != -100).sum())
+            s = digit_summary(*digit_view(logits, b["labels"], vocab))
+            ents.append(s.pop("entropies").cpu())
+            for k, v in s.items():
+                tot[k] = tot[k] + v if k in tot else v
+    model.train(was_training)
+    n = float(tot.get("n", 0.0))
+    nd = max(n, 1.0)
+    return {"ce": ce_sum / max(n_tok, 1), "digit_acc": float(tot.get("correct", 0.0)) / nd,
+            "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "n_digits": int(n), "n_examples": len(feats),
+            "mass_by_distance": (tot["mass_by_distance"] / nd).tolist() if n else [0.0] * 10,
+            "entropies": torch.cat(ents).tolist() if ents else []}
+
+
+def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_size: int = 32) -> dict:
+    """The scalar held-out metrics recorded in ``run.json``."""
+    if getattr(loss_fn, "vocab", None) is None:
+        return {}
+    m = teacher_forced_digits(model, tokenizer, records, loss_fn.vocab, max_length, batch_size)
+    return {k: m[k] for k in ("ce", "digit_acc", "digit_entropy", "n_digits", "n_examples")}
 
 
 @dataclass
@@ -239,9 +250,9 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     write_json(meta_path, meta)
 
     if cfg.logger.name == "wandb":
-        from numlearn.training.wandb_logger import init_wandb
+        from numlearn.tracking import init_run
 
-        init_wandb(cfg, run_dir)
+        init_run(cfg, run_dir)
     use_cuda = torch.cuda.is_available()
     accum = plan.grad_accum
     args = TrainingArguments(
@@ -250,6 +261,8 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         gradient_accumulation_steps=accum,
         learning_rate=float(tcfg.learning_rate),
         lr_scheduler_type=tcfg.lr_scheduler_type,
+        # transformers 5.19 reads a float warmup_steps in [0, 1) as a fraction of the total steps,
+        # which is what train.warmup_ratio is.
         warmup_steps=float(tcfg.warmup_ratio),
         weight_decay=float(tcfg.weight_decay),
         adam_beta2=float(tcfg.get("adam_beta2", 0.999)),
@@ -307,7 +320,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
             print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
     finally:
         if cfg.logger.name == "wandb":
-            import wandb
+            from numlearn.tracking import finish_run
 
-            wandb.finish()
+            finish_run()
     return run_dir

@@ -1,0 +1,68 @@
+"""A benchmark, described as data: one ``conf/eval/benchmark/<name>.yaml`` becomes one
+``BenchmarkSpec``, and everything downstream -- the loader, the prompt (multiple choice is primed),
+extraction, comparison, metrics -- reads this spec, never the benchmark's name.
+
+YAML keys: ``name``, ``loader`` (a function registered in ``numlearn.evaluation.benchmarks``),
+``answer`` (``number`` | ``math`` | ``choice``), ``choice_letters`` (choice only), ``triggers``
+(answer triggers beyond "The answer is:" / "The answer is" / "the answer is", e.g. GSM8K's "####"),
+``max_new_tokens``, and where the data is: ``file`` + ``sha256`` + ``records`` (+ ``version``,
+``url``), or ``generator`` for the synthetic splits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ANSWER_KINDS = ("number", "math", "choice")
+BASE_TRIGGERS = ("The answer is:", "The answer is", "the answer is")
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    loader: str
+    answer: str
+    choice_letters: str = ""
+    triggers: tuple[str, ...] = ()
+    max_new_tokens: int = 1500
+
+    def __post_init__(self):
+        if self.answer not in ANSWER_KINDS:
+            raise ValueError(f"benchmark {self.name!r}: answer={self.answer!r}; choose one of {ANSWER_KINDS}")
+        if self.answer == "choice" and not self.choice_letters:
+            raise ValueError(f"benchmark {self.name!r}: answer=choice needs choice_letters (e.g. ABCDE)")
+
+    @property
+    def all_triggers(self) -> tuple[str, ...]:
+        return BASE_TRIGGERS + tuple(self.triggers)
+
+    @classmethod
+    def from_config(cls, bcfg) -> BenchmarkSpec:
+        get = bcfg.get if hasattr(bcfg, "get") else lambda k, d=None: getattr(bcfg, k, d)
+        missing = [k for k in ("name", "loader", "answer") if not get(k)]
+        if missing:
+            raise ValueError(f"benchmark config {get('name', '?')!r} lacks {missing}")
+        return cls(name=str(get("name")), loader=str(get("loader")), answer=str(get("answer")),
+                   choice_letters=str(get("choice_letters") or ""), triggers=tuple(get("triggers") or ()),
+                   max_new_tokens=int(get("max_new_tokens") or 1500))
+
+
+def as_spec(benchmark: str | BenchmarkSpec) -> BenchmarkSpec:
+    """A spec, or the spec of a benchmark of this repo's ``conf/eval/benchmark`` by name."""
+    return benchmark if isinstance(benchmark, BenchmarkSpec) else _spec_by_name(str(benchmark))
+
+
+@cache
+def _spec_by_name(name: str) -> BenchmarkSpec:
+    from omegaconf import OmegaConf
+
+    from numlearn.cli import conf_dir
+
+    folder = Path(conf_dir()) / "eval" / "benchmark"
+    path = folder / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ValueError(f"unknown benchmark {name!r}; choose one of {known} (or pass a BenchmarkSpec)")
+    return BenchmarkSpec.from_config(OmegaConf.load(path))
