@@ -34,6 +34,16 @@ RUN_META = "run.json"
 FINAL = "final"
 
 
+def run_is_complete(run_dir: str | Path) -> bool:
+    """A training run finished: its ``final/`` model exists and ``run.json`` says complete."""
+    import json
+
+    d = Path(run_dir)
+    meta = d / RUN_META
+    return (d / FINAL / "config.json").exists() and meta.exists() and \
+        json.loads(meta.read_text()).get("status") == "complete"
+
+
 def run_meta_of_model(model_path: str | Path) -> dict | None:
     """The ``run.json`` of the training run whose ``final/`` is ``model_path``; None for a model that
     no numlearn run produced (a hub name, another directory)."""

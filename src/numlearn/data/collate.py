@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from numlearn.losses.spans import IGNORE_INDEX  # one definition, where the losses read it
+
 from .prompts import TrainingTemplate, training_template
 
-IGNORE_INDEX = -100
 BOUNDARIES = ("split", "joint")
 
 

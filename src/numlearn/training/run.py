@@ -11,7 +11,6 @@ Run dir layout::
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -24,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.provenance import provenance, write_json
+from numlearn.rundirs import run_is_complete
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
     (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
     ``n_digits``, ``n_examples``, plus ``mass_by_distance`` and ``entropies`` for analysis."""
     from numlearn.data.collate import PadCollator, tokenize_records
-    from numlearn.losses import digit_summary, digit_view, shift_targets
+    from numlearn.losses import IGNORE_INDEX, digit_summary, digit_view, shift_targets
 
     feats, _ = tokenize_records(records, tokenizer, max_length)
     coll = PadCollator(tokenizer.pad_token_id)
@@ -59,7 +59,7 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
             t = shift_targets(b["labels"])
             ce_sum += float(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum"))
-            n_tok += float((t != -100).sum())
+            n_tok += float((t != IGNORE_INDEX).sum())
             s = digit_summary(*digit_view(logits, b["labels"], vocab))
             ents.append(s.pop("entropies").cpu())
             for k, v in s.items():
@@ -189,17 +189,11 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
     }
 
 
-def _is_complete(run_dir: Path) -> bool:
-    meta = run_dir / "run.json"
-    return (run_dir / "final" / "config.json").exists() and meta.exists() and \
-        json.loads(meta.read_text()).get("status") == "complete"
-
-
 def train(cfg: DictConfig) -> Path:
     from transformers import set_seed
 
     run_dir = _abs(cfg.run_dir)
-    if _is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
+    if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
         log.info("run already complete: %s (force=true to retrain)", run_dir)
         print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
         return run_dir
@@ -207,7 +201,7 @@ def train(cfg: DictConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.get("dry_run", False):
         meta = run_metadata(cfg, plan, "dry_run")
-        write_json(run_dir / ("run.dry_run.json" if _is_complete(run_dir) else "run.json"), meta)
+        write_json(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else "run.json"), meta)
         print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
               f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
               f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"

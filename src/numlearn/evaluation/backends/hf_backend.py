@@ -14,7 +14,9 @@ class HFBackend(Backend):
                  batch_size: int = 16, device: str | None = None, **_):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        dt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+        from numlearn.dtypes import resolve_dtype
+
+        dt = resolve_dtype(dtype)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
         self.tokenizer.padding_side = "left"
