@@ -42,7 +42,15 @@ _torch:
 		$(PIP) install -q "torch==$(TORCH_VERSION)" --index-url $(TORCH_CPU_INDEX) --extra-index-url https://pypi.org/simple; \
 	fi
 
-setup: $(VENV)/.installed ## Create .venv and install numlearn[dev] (idempotent)
+setup: $(VENV)/.installed sandbox ## Create .venv and install numlearn[dev] (idempotent)
+
+# Generated programs run in bubblewrap namespaces (docs/evaluation.md). Debian/Ubuntu: installed
+# here when missing and we are root; elsewhere install bubblewrap with your package manager.
+sandbox: ## Install bubblewrap (the OS sandbox for generated programs) if missing
+	@command -v bwrap >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 && echo "bubblewrap installed"; \
+		else echo "bubblewrap (bwrap) is missing: install it (e.g. sudo apt-get install bubblewrap); until then evaluation refuses to run generated programs unless eval.allow_unsafe_exec=true"; fi; }
 
 test: setup ## Run the default test tier (CPU, minutes)
 	$(PY) -m pytest -q -m "not slow and not vllm" -p no:cacheprovider
@@ -109,4 +117,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup sandbox test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean

@@ -211,3 +211,14 @@ def test_an_experiment_can_set_what_evaluation_loads():
         tiny = compose("evaluate", overrides=["experiment=table1_tiny", "loss=del"], return_hydra_config=True)
     assert cfg.model_path.endswith("/smollm2-eval") and cfg.eval_dir.endswith("eval_smoke/smollm2-135m")
     assert tiny.model_path == f"{tiny.run_dir}/final" and tiny.hydra.output_subdir == "eval/.hydra"
+
+
+def test_evaluation_refuses_to_start_without_the_os_sandbox(tmp_path):
+    import os
+
+    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap on PATH
+    r = _run(["numlearn.evaluate", "loss=del"], env=env)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(lines) == 1 and "bubblewrap" in lines[0] and "allow_unsafe_exec" in lines[0]
+    r = _run(["numlearn.evaluate", "loss=del", "eval.allow_unsafe_exec=true"], env=env)
+    assert r.returncode != 0 and "bubblewrap" not in r.stderr and "not found: train it first" in r.stderr

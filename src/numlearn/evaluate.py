@@ -22,12 +22,19 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import compute_metrics
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
+    from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
     from numlearn.evaluation.spec import BenchmarkSpec
     from numlearn.provenance import provenance, write_json
     from numlearn.rundirs import run_meta_of_model
 
     ecfg = cfg.eval
     protocol = check_protocol(str(ecfg.get("protocol", "strict")))
+    allow_unsafe = bool(ecfg.get("allow_unsafe_exec", False))
+    isolated, isolation = isolation_status()
+    if not isolated and not allow_unsafe:  # refuse before any model or generation
+        raise SandboxUnavailable(isolation)
+    sandbox_info = {"isolation": isolation if isolated else "process (unsafe): " + isolation,
+                    "allow_unsafe_exec": allow_unsafe}
     model_path = str(cfg.model_path)
     if Path(model_path).exists():
         model_path = str(Path(model_path).resolve())
@@ -72,7 +79,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 problems, backend, spec, mode, sampling, out / "generations.jsonl",
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
-                chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol,
+                chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol, allow_unsafe_exec=allow_unsafe,
             )
             wanted = {p.id for p in problems}
             recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
@@ -81,7 +88,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
             result = {
                 "benchmark": info, "mode": mode, "protocol": protocol, "metrics": metrics, "n": metrics["n"],
                 "run": run_meta, "model_path": model_path, "correct_by_id": correct_by_id, "backend": backend.describe(),
-                "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s),
+                "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": sandbox_info,
                 "generation": gen_info, "wall_seconds": round(time.time() - t0, 2),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "config": OmegaConf.to_container(cfg, resolve=True), **prov,
@@ -98,10 +105,11 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
 def _main(cfg: DictConfig) -> None:
     from numlearn.data.sources import DataError
+    from numlearn.evaluation.sandbox import SandboxUnavailable
 
     try:
         run_evaluation(cfg)
-    except (DataError, FileNotFoundError, ImportError, ValueError) as e:
+    except (DataError, FileNotFoundError, ImportError, ValueError, SandboxUnavailable) as e:
         fail("numlearn.evaluate", e)
 
 

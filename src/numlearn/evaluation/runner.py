@@ -54,18 +54,19 @@ def _program_of(completion: str) -> str | None:
     return completion.split("### Instruction")[0]
 
 
-def _run(code: str, timeout_s: float) -> dict:
-    r = run_program(code, timeout_s=timeout_s)
+def _run(code: str, timeout_s: float, allow_unsafe: bool) -> dict:
+    r = run_program(code, timeout_s=timeout_s, allow_unsafe=allow_unsafe)
     return {"output": r.stdout, "ok": r.ok, "error": r.error or None}
 
 
-def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float) -> dict:
+def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float, allow_unsafe: bool = False) -> dict:
     """One generation and, if it wrote a program, its two runs: ``strict`` (as written) and
     ``official`` (wrapped as the official executor runs it)."""
     att = {"kind": kind, "prompt": prompt, "completion": completion, "program": None}
     code = _program_of(completion)
     if code is not None:
-        att["program"] = {"strict": _run(code, timeout_s), "official": _run(official.wrap_program(code), timeout_s)}
+        att["program"] = {"strict": _run(code, timeout_s, allow_unsafe),
+                          "official": _run(official.wrap_program(code), timeout_s, allow_unsafe)}
     return att
 
 
@@ -135,7 +136,7 @@ class _Progress:
 def evaluate_problems(problems: list[Problem], backend, benchmark: str | BenchmarkSpec, mode: str,
                       sampling: SamplingConfig, out_path: str | Path, pot_timeout_s: float = 5.0,
                       force_choice_letter: bool = False, symbolic_math: bool = False, chunk_size: int = 64,
-                      protocol: str = "strict") -> dict:
+                      protocol: str = "strict", allow_unsafe_exec: bool = False) -> dict:
     """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}."""
     benchmark = as_spec(benchmark)
     if mode not in MODES:
@@ -159,17 +160,17 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
         batch = todo[s : s + chunk_size]
         if use_pot:
             prompts = [format_prompt(p.question + POT_SUFFIX) for p in batch]
-            first = [make_attempt("pot", pr, c, pot_timeout_s) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
+            first = [make_attempt("pot", pr, c, pot_timeout_s, allow_unsafe_exec) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
         else:
             prompts = [format_prompt(p.question) + (MC_PRIMER if mc else "") for p in batch]
-            first = [make_attempt("cot", pr, c, pot_timeout_s) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
+            first = [make_attempt("cot", pr, c, pot_timeout_s, allow_unsafe_exec) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
         rows = [{"id": p.id, "gt_raw": p.raw_answer, "requested_mode": mode, "attempts": [a]} for p, a in zip(batch, first)]
         if mode == "paper" and use_pot:
             redo = [i for i, a in enumerate(first) if "" in first_attempt_preds(benchmark, a, mode).values()]
             if redo:
                 prompts = [format_prompt(batch[i].question) for i in redo]
                 for i, pr, c in zip(redo, prompts, backend.generate(prompts, sampling)):
-                    rows[i]["attempts"].append(make_attempt("cot", pr, c, pot_timeout_s))
+                    rows[i]["attempts"].append(make_attempt("cot", pr, c, pot_timeout_s, allow_unsafe_exec))
                 n_backups += len(redo)
         with open(out_path, "a", encoding="utf-8") as f:
             for r in rows:

@@ -1,16 +1,30 @@
 """Run untrusted generated programs (PoT) in an isolated child process.
 
-Layers, each of which holds on its own:
-1. Operating system: a new process session (the whole group is killed at the end), resource
-   limits (CPU seconds, address space, file size -- which also caps the captured output --, open
-   files, processes), a throwaway working directory, a clean environment, stdin closed. When the
-   evaluator runs as root, the child also enters a new network namespace (no interfaces: no
-   network) and drops to an unprivileged uid/gid, so it can neither write outside its directory,
-   nor signal the evaluator, nor read its ``/proc/<pid>/environ``.
-2. Python: the child installs an audit hook before running the program that refuses sockets,
-   process creation (fork, exec, subprocess, os.system), signals (``os.kill``), C function lookup
-   and calls through ``ctypes`` and
-   files opened for writing outside the working directory. This layer works without root.
+The boundary is the operating system, through bubblewrap (``bwrap``): each program runs in its
+own user, mount, pid, network, ipc, uts and cgroup namespaces, as uid/gid 65534 with no
+capabilities, no new privileges, a new session, and a filesystem holding only ``/usr``, the
+interpreter's prefix and the virtual environment (read-only), a private writable working
+directory and tmpfs ``/tmp`` -- no data, no repository, no home, no ``/etc``. It cannot see or
+signal the evaluator (a new pid namespace), has no route to the host's network (a new network
+namespace), and everything it started dies with it (the namespace's init is killed). Resource
+limits (CPU seconds, address space, file size, open files) and a wall-clock kill apply on top.
+
+Why bubblewrap: it is what Flatpak uses for the same job, small (a single setuid-free binary in
+Debian), needs no daemon (Docker needs one, and none runs on these machines), and fails loudly when
+namespaces are unavailable; nsjail would do too but is not packaged for Debian 12. Calling
+``unshare``/``mount`` ourselves would re-implement what it does.
+
+If bubblewrap is missing or cannot create the namespaces, ``run_program`` refuses with
+``SandboxUnavailable`` (one line saying how to fix it) unless the caller opts in to the weaker
+process-level isolation with ``allow_unsafe=True`` (``eval.allow_unsafe_exec=true``, recorded in
+every result.json). That fallback -- a new session, rlimits, a throwaway directory, a clean
+environment, a network namespace and uid drop when root -- is what ran before; it is not a
+boundary (the uid drop is impossible when the interpreter lives under /root, as here).
+
+A second layer inside the child, never the boundary: an audit hook that refuses sockets, process
+creation, signals, ``ctypes`` calls and writes outside the working directory (Python's audit hooks
+are documented as bypassable by the code they watch; the tests bypass it on purpose and check that
+the namespaces still hold).
 
 The program's stdout is what PoT uses as the answer; nothing it does can raise in the evaluator:
 every failure becomes ``ProgramResult(ok=False, error=...)``.
@@ -28,10 +42,17 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 
 CLONE_NEWNET = 0x40000000
-# An otherwise unused uid/gid for sandboxed programs when running as root.
+# An otherwise unused uid/gid for sandboxed programs when running as root (fallback only).
 SANDBOX_UID = int(os.environ.get("NUMLEARN_SANDBOX_UID", "61513"))
+NOBODY = 65534
+WORKDIR = "/sandbox"
+
+
+class SandboxUnavailable(RuntimeError):
+    """The operating-system boundary cannot be set up on this machine."""
 
 _GUARD = r'''
 import os, sys
@@ -87,6 +108,111 @@ class ProgramResult:
     returncode: int | None = None
     output_truncated: bool = False
     seconds: float = 0.0
+    isolation: str = ""
+
+
+def _bwrap_argv(workdir: str, python: str) -> list[str]:
+    ro = []
+    for path in sorted({os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}):
+        if not path.startswith("/usr"):
+            ro += ["--ro-bind", path, path]
+    links = []
+    for name in ("bin", "lib", "lib64", "sbin"):
+        target = f"/{name}"
+        if os.path.islink(target):
+            links += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            links += ["--ro-bind", target, target]
+    return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
+            "--ro-bind", "/usr", "/usr", *links, *ro,
+            "--bind", workdir, WORKDIR, "--chdir", WORKDIR, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", WORKDIR,
+            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+            "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1",
+            "--", python, "-I", "-B", "guard.py"]
+
+
+def _pids_cgroup_root() -> str | None:
+    """A cgroup hierarchy with the pids controller that this process may create groups in
+    (cgroup v1 ``/sys/fs/cgroup/pids``, or v2 with pids enabled); None elsewhere."""
+    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        try:
+            if root.endswith("pids") or "pids" in open(os.path.join(root, "cgroup.subtree_control")).read().split():
+                if os.path.exists(os.path.join(root, "cgroup.procs")) and os.access(root, os.W_OK):
+                    return root
+        except OSError:
+            continue
+    return None
+
+
+class _PidsLimit:
+    """Namespaced processes map to the evaluator's uid, which RLIMIT_NPROC exempts when it is root,
+    so a fork bomb is bounded by a pids cgroup instead -- where one can be created."""
+
+    def __init__(self, max_pids: int):
+        root = _pids_cgroup_root()
+        self.path = None
+        if root is not None:
+            path = os.path.join(root, f"numlearn-sandbox-{os.getpid()}-{time.monotonic_ns()}")
+            try:
+                os.mkdir(path)
+                with open(os.path.join(path, "pids.max"), "w") as f:
+                    f.write(str(max_pids))
+                self.path = path
+            except OSError:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def join(self):  # in the child, before exec
+        if self.path:
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+    def close(self):
+        if not self.path:
+            return
+        for _ in range(50):
+            try:
+                pids = open(os.path.join(self.path, "cgroup.procs")).read().split()
+            except OSError:
+                break
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                os.rmdir(self.path)
+                break
+            except OSError:
+                time.sleep(0.02)
+
+
+@lru_cache(maxsize=1)
+def isolation_status() -> tuple[bool, str]:
+    """(available, description): bubblewrap present and able to start a namespaced interpreter
+    as uid 65534 here. Probed once per process."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False, ("bubblewrap (bwrap) is not installed: `make sandbox` (apt-get install bubblewrap), or "
+                       "eval.allow_unsafe_exec=true to run generated programs without an OS boundary")
+    tmp = tempfile.mkdtemp(prefix="numlearn-probe-")
+    try:
+        with open(os.path.join(tmp, "guard.py"), "w") as f:
+            f.write("import os; print(os.getuid(), os.getpid())\n")
+        r = subprocess.run(_bwrap_argv(tmp, sys.executable), cwd=tmp, env={"PATH": "/usr/bin:/bin"},
+                           capture_output=True, text=True, timeout=30)
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"bubblewrap could not run: {e}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if r.returncode != 0 or r.stdout.split()[:1] != [str(NOBODY)]:
+        msg = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        return False, (f"bubblewrap cannot create the namespaces here ({msg}); enable unprivileged user "
+                       "namespaces, or eval.allow_unsafe_exec=true to run without an OS boundary")
+    pids = "pids cgroup" if _pids_cgroup_root() else "no pids cgroup: fork bombs end at the wall-clock kill"
+    return True, f"{version}: user/mount/pid/net namespaces, uid {NOBODY}; {pids}"
 
 
 def _preexec(limits: dict[str, int], as_root: bool, drop_uid: bool):
@@ -123,12 +249,111 @@ def _kill_uid_processes(uid: int) -> None:
 
 
 def run_program(code: str, timeout_s: float = 5.0, memory_mb: int = 1024, max_output_bytes: int = 65536,
-                max_procs: int = 16, python: str | None = None) -> ProgramResult:
+                max_procs: int = 16, python: str | None = None, allow_unsafe: bool = False) -> ProgramResult:
     """Run ``code`` as a Python program in the sandbox; return its stdout and status.
 
     ``ok`` is True only when the program exited with status 0 within ``timeout_s`` seconds of wall
-    time. ``stdout`` holds at most ``max_output_bytes`` bytes.
+    time. ``stdout`` holds at most ``max_output_bytes`` bytes; stderr is kept apart (a correct
+    program that warns a lot still succeeds). Raises ``SandboxUnavailable`` when the OS boundary
+    cannot be set up, unless ``allow_unsafe``.
     """
+    isolated, how = isolation_status()
+    if not isolated and not allow_unsafe:
+        raise SandboxUnavailable(how)
+    return _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how) if isolated else \
+        _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python)
+
+
+def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, isolation) -> ProgramResult:
+    with open(out_path, "rb") as f:
+        raw = f.read(max_output_bytes + 1)
+    with open(err_path, "rb") as f:
+        err = f.read(4000).decode("utf-8", "replace")
+    truncated = len(raw) > max_output_bytes
+    stdout = raw[:max_output_bytes].decode("utf-8", "replace")
+    secs = time.monotonic() - t0
+    res = ProgramResult(stdout, False, timed_out, "", rc, truncated, secs, isolation)
+    if timed_out:
+        res.error = f"timed out after {timeout_s:g}s"
+    elif rc == 97:
+        res.error = "sandbox: could not isolate the network"
+    elif rc != 0:
+        if rc is not None and rc < 0:
+            sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+            res.error = "terminated: " + {"SIGXCPU": "CPU time limit", "SIGXFSZ": "output size limit",
+                                          "SIGKILL": "killed", "SIGSEGV": "crashed"}.get(sig, sig)
+        else:
+            last = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
+            res.error = last[-300:]
+    elif truncated:
+        res.error = "output size limit"
+    else:
+        res.ok = True
+    return res
+
+
+def _limits_preexec(limits: dict[str, int], pids: _PidsLimit | None = None):
+    def fn():
+        os.setsid()
+        if pids is not None:
+            pids.join()
+        for res, val in ((resource.RLIMIT_CPU, limits["cpu"]), (resource.RLIMIT_AS, limits["mem"]),
+                         (resource.RLIMIT_FSIZE, limits["fsize"]), (resource.RLIMIT_NOFILE, 64),
+                         (resource.RLIMIT_CORE, 0)):
+            resource.setrlimit(res, (val, val))
+    return fn
+
+
+def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how) -> ProgramResult:
+    tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
+    t0 = time.monotonic()
+    try:
+        with open(os.path.join(tmp, "program.py"), "w", encoding="utf-8") as f:
+            f.write(code)
+        with open(os.path.join(tmp, "guard.py"), "w", encoding="utf-8") as f:
+            f.write(_GUARD)
+        # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE,
+        # which is set well above the stdout cap so stderr chatter cannot fail a correct program.
+        limits = {"cpu": int(timeout_s) + 1, "mem": memory_mb * 1024 * 1024,
+                  "fsize": max(16 << 20, max_output_bytes + 1)}
+        outdir = tempfile.mkdtemp(prefix="numlearn-pot-io-")
+        out_path, err_path = os.path.join(outdir, "stdout"), os.path.join(outdir, "stderr")
+        pids = _PidsLimit(max_procs + 4)  # + bwrap's own processes
+        try:
+            with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
+                try:
+                    # bwrap gets no environment of ours: inside, it is pid 1, and its environ is
+                    # readable there (the evaluator's secrets would be); the program's is --setenv.
+                    proc = subprocess.Popen(_bwrap_argv(tmp, python or sys.executable), cwd=tmp,
+                                            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=fo,
+                                            stderr=fe, preexec_fn=_limits_preexec(limits, pids), close_fds=True)
+                except (OSError, subprocess.SubprocessError) as e:
+                    return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
+                timed_out = False
+                try:
+                    rc = proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    timed_out, rc = True, None
+                finally:
+                    try:  # bwrap and everything in its pid namespace
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                    if rc is None:
+                        try:
+                            rc = proc.wait(timeout=5)
+                        except subprocess.TimeoutExpired:
+                            rc = None
+            return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how)
+        finally:
+            pids.close()
+            shutil.rmtree(outdir, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python) -> ProgramResult:
+    """The process-level fallback (``allow_unsafe``): not a boundary."""
     global _UID_DROP_WORKS
     as_root = os.geteuid() == 0
     tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
@@ -183,29 +408,9 @@ def run_program(code: str, timeout_s: float = 5.0, memory_mb: int = 1024, max_ou
                         rc = proc.wait(timeout=5)
                     except subprocess.TimeoutExpired:
                         rc = None
-        with open(out_path, "rb") as f:
-            raw = f.read(max_output_bytes + 1)
-        with open(err_path, "rb") as f:
-            err = f.read(4000).decode("utf-8", "replace")
-        truncated = len(raw) > max_output_bytes
-        stdout = raw[:max_output_bytes].decode("utf-8", "replace")
-        secs = time.monotonic() - t0
-        if timed_out:
-            return ProgramResult(stdout, False, True, f"timed out after {timeout_s:g}s", rc, truncated, secs)
-        if rc == 97 and as_root:
-            return ProgramResult(stdout, False, False, "sandbox: could not isolate the network", rc, truncated, secs)
-        if rc != 0:
-            if rc is not None and rc < 0:
-                sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-                reason = {"SIGXCPU": "CPU time limit", "SIGXFSZ": "output size limit",
-                          "SIGKILL": "killed", "SIGSEGV": "crashed"}.get(sig, sig)
-                msg = f"terminated: {reason}"
-            else:
-                last = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
-                msg = last[-300:]
-            return ProgramResult(stdout, False, False, msg, rc, truncated, secs)
-        if truncated:
-            return ProgramResult(stdout, False, False, "output size limit", rc, True, secs)
-        return ProgramResult(stdout, True, False, "", rc, False, secs)
+        res = _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, "process (unsafe)")
+        if rc == 97 and not as_root:
+            res.error = f"exit status {rc}"
+        return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
