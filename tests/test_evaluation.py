@@ -220,3 +220,36 @@ def test_a_new_benchmark_is_one_yaml(tmp_path):
         BenchmarkSpec.from_config({**bcfg, "choice_letters": None})
     with pytest.raises(DataError, match="unknown loader 'csv'"):
         load_benchmark(OmegaConf.create({**bcfg, "loader": "csv"}), tmp_path / "data", tmp_path)
+
+
+def test_resume_keeps_only_lines_of_the_same_model_sampling_and_prompt(tmp_path, capsys):
+    out = tmp_path / "g.jsonl"
+    a = ScriptedBackend(lambda p: "The answer is 1.")
+    evaluate_problems(_problems(4), a, "svamp", "cot", SAMPLING, out, generation_key="model-A")
+    b = ScriptedBackend(lambda p: "The answer is 2.")
+    info = evaluate_problems(_problems(4), b, "svamp", "cot", SAMPLING, out, generation_key="model-B")
+    recs, _ = read_jsonl(out)
+    assert info["n_stale_lines"] == 4 and info["n_resumed"] == 0 and len(b.prompts) == 4
+    assert [r["pred"] for r in recs] == ["2"] * 4  # nothing of model A is credited to model B
+    assert "came from another model" in capsys.readouterr().err
+    c = ScriptedBackend(lambda p: "unused")
+    info = evaluate_problems(_problems(4), c, "svamp", "cot", SAMPLING, out, generation_key="model-B")
+    assert info["n_resumed"] == 4 and c.calls == 0  # the same key resumes everything
+
+
+def test_a_last_line_without_newline_is_not_merged_with_the_next(tmp_path):
+    out = tmp_path / "g.jsonl"
+    evaluate_problems(_problems(3), ScriptedBackend(lambda p: "The answer is 0."), "svamp", "cot", SAMPLING, out)
+    text = out.read_text()
+    out.write_text(text.rstrip("\n"))  # a complete last line whose newline never reached the disk
+    evaluate_problems(_problems(5), ScriptedBackend(lambda p: "The answer is 0."), "svamp", "cot", SAMPLING, out)
+    recs, bad = read_jsonl(out)
+    assert bad == 0 and sorted(r["id"] for r in recs) == ["0", "1", "2", "3", "4"]  # line "2" kept, not merged
+    assert out.read_text().endswith("\n") and out.read_text().count("\n") == 5
+
+
+def test_lines_that_are_not_objects_are_dropped_and_counted(tmp_path):
+    out = tmp_path / "g.jsonl"
+    out.write_text('5\n"text"\n[1]\n{"no_id": 1}\n')
+    info = evaluate_problems(_problems(2), ScriptedBackend(lambda p: "The answer is 0."), "svamp", "cot", SAMPLING, out)
+    assert info["n_dropped_lines"] == 4 and len(read_jsonl(out)[0]) == 2

@@ -104,3 +104,16 @@ def test_protocols_are_never_mixed_in_one_table(results, tmp_path):
     assert set(df["protocol"]) == {"official"} and len(df) == len(files)
     files[0].with_name("result.strict.json").write_text(json.dumps(r))
     assert set(load_results([results], protocol="strict")["protocol"]) == {"strict"}
+
+
+def test_a_corrupt_result_file_is_named_and_can_be_skipped(results, tmp_path, capsys):
+    from numlearn.reporting.aggregate import main
+
+    bad = sorted(results.rglob("result.json"))[0]
+    bad.write_text('{"metrics": ')
+    assert main([str(results), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "--skip-bad" in err[0]
+    assert main([str(results), "--out", str(tmp_path / "o"), "--skip-bad", "--no-reference"]) == 0
+    assert f"skipped unreadable {bad}" in capsys.readouterr().err
+    assert "1 unreadable result file(s) skipped" in (tmp_path / "o" / "table1.md").read_text()

@@ -126,10 +126,18 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "complete" and meta["global_step"] == 6
     steps = [m["step"] for m in _metrics(run_dir) if "loss" in m]
-    assert steps[-1] == 6 and 5 not in steps[: steps.index(4) + 1]  # resumed at 3, not from scratch
+    assert steps == [2, 4, 6]  # step 4 logged before the crash was dropped at the resume from 3, then redone
+    assert meta["resumed_from"].endswith("checkpoint-3")
+    losses = [m["loss"] for m in _metrics(run_dir) if "loss" in m]
+    assert meta["train_metrics"]["train_loss"] == pytest.approx(sum(losses) / 3)  # whole run, not the resumed part
     # a third call finds the run complete and does nothing
     run.train(cfg)
     assert json.loads((run_dir / "run.json").read_text())["global_step"] == 6
+    # force=true retrains from scratch: no resume from the old checkpoint, no step past max_steps
+    forced = run.train(_cfg(tmp_path, "loss=del", "force=true"))
+    meta = json.loads((forced / "run.json").read_text())
+    assert meta["resumed_from"] is None and meta["global_step"] == 6
+    assert [m["step"] for m in _metrics(forced) if "loss" in m] == [2, 4, 6]
 
 
 def test_alpha_multirun_leaves_one_run_dir_per_value(tmp_path):

@@ -6,6 +6,7 @@ and mode, ``<eval_dir>/<benchmark>/<mode>/generations.jsonl`` and ``result.json`
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -80,9 +81,13 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol, allow_unsafe_exec=allow_unsafe,
+                generation_key=generation_key(backend, model_path, sampling),
             )
             wanted = {p.id for p in problems}
             recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
+            if len(recs) != len(problems):  # every problem answered exactly once, or no result
+                raise RuntimeError(f"{out / 'generations.jsonl'} holds {len(recs)} of the {len(problems)} problems of "
+                                   f"{name}; re-run the same command to complete it")
             metrics = compute_metrics(recs, spec.answer)
             correct_by_id = {r["id"]: int(r["correct"]) for r in recs}
             result = {
@@ -102,6 +107,27 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     return written
 
 
+def model_fingerprint(model_path: str) -> str:
+    """A local model directory: its files' names, sizes and mtimes (a retrained run dir changes
+    it); a hub name: the name."""
+    import hashlib
+
+    p = Path(model_path)
+    if not p.is_dir():
+        return model_path
+    h = hashlib.sha256()
+    for f in sorted(p.rglob("*")):
+        if f.is_file():
+            st = f.stat()
+            h.update(f"{f.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return f"{model_path}@{h.hexdigest()[:16]}"
+
+
+def generation_key(backend, model_path: str, sampling) -> str:
+    return json.dumps({"model": model_fingerprint(model_path), "backend": backend.name,
+                       "dtype": backend.describe().get("dtype"), "sampling": sampling.as_dict()}, sort_keys=True)
+
+
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
 def _main(cfg: DictConfig) -> None:
     from numlearn.data.sources import DataError
@@ -109,7 +135,7 @@ def _main(cfg: DictConfig) -> None:
 
     try:
         run_evaluation(cfg)
-    except (DataError, FileNotFoundError, ImportError, ValueError, SandboxUnavailable) as e:
+    except (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable) as e:
         fail("numlearn.evaluate", e)
 
 

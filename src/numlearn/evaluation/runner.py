@@ -33,19 +33,33 @@ MODES = ("cot", "pot", "paper")
 
 def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
     """Records of a generations file and the number of unreadable lines (a line cut by an
-    interruption is dropped and counted, then regenerated)."""
+    interruption, or anything that is not a JSON object with an id, is dropped and counted, then
+    regenerated)."""
     recs, bad = [], 0
     p = Path(path)
     if not p.exists():
         return recs, 0
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
-            recs.append(json.loads(line))
+            r = json.loads(line)
         except json.JSONDecodeError:
             bad += 1
+            continue
+        if isinstance(r, dict) and "id" in r:
+            recs.append(r)
+        else:
+            bad += 1
     return recs, bad
+
+
+def row_fingerprint(generation_key: str, first_prompt: str) -> str:
+    """What a generations line was produced from: the model and sampling (``generation_key``) and
+    the prompt. Resume reuses a line only when this matches."""
+    import hashlib
+
+    return hashlib.sha256(f"{generation_key}\n{first_prompt}".encode()).hexdigest()[:20]
 
 
 def _program_of(completion: str) -> str | None:
@@ -136,7 +150,7 @@ class _Progress:
 def evaluate_problems(problems: list[Problem], backend, benchmark: str | BenchmarkSpec, mode: str,
                       sampling: SamplingConfig, out_path: str | Path, pot_timeout_s: float = 5.0,
                       force_choice_letter: bool = False, symbolic_math: bool = False, chunk_size: int = 64,
-                      protocol: str = "strict", allow_unsafe_exec: bool = False) -> dict:
+                      protocol: str = "strict", allow_unsafe_exec: bool = False, generation_key: str = "") -> dict:
     """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}."""
     benchmark = as_spec(benchmark)
     if mode not in MODES:
@@ -144,27 +158,38 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
     check_protocol(protocol)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    done, bad = read_jsonl(out_path)
-    if bad:  # rewrite without the broken line(s) so the file stays valid JSONL
-        with open(out_path, "w", encoding="utf-8") as f:
-            for r in done:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    done_ids = {r["id"] for r in done}
-    todo = [p for p in problems if p.id not in done_ids]
     mc = benchmark.answer == "choice"
     use_pot = (mode == "pot" or (mode == "paper" and not mc))
+
+    def first_prompt(p: Problem) -> str:
+        return format_prompt(p.question + POT_SUFFIX) if use_pot else format_prompt(p.question) + (MC_PRIMER if mc else "")
+
+    done, bad = read_jsonl(out_path)
+    expected = {p.id: row_fingerprint(generation_key, first_prompt(p)) for p in problems}
+    stale = [r for r in done if r["id"] in expected and r.get("fingerprint") != expected[r["id"]]]
+    if stale:
+        print(f"[numlearn.evaluate] {len(stale)} line(s) of {out_path} came from another model, sampling setting "
+              "or prompt; regenerating them", file=sys.stderr, flush=True)
+        done = [r for r in done if r not in stale]
+    ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or out_path.read_bytes()[-1:] == b"\n"
+    if bad or stale or not ends_cleanly:  # rewrite, so every line is whole and the next append starts a line
+        tmp = out_path.with_name(out_path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in done:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        tmp.replace(out_path)
+    done_ids = {r["id"] for r in done}
+    todo = [p for p in problems if p.id not in done_ids]
     bar = _Progress(len(todo), f"{benchmark.name}/{mode}")
     t0 = time.time()
     n_backups = 0
     for s in range(0, len(todo), chunk_size):
         batch = todo[s : s + chunk_size]
-        if use_pot:
-            prompts = [format_prompt(p.question + POT_SUFFIX) for p in batch]
-            first = [make_attempt("pot", pr, c, pot_timeout_s, allow_unsafe_exec) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
-        else:
-            prompts = [format_prompt(p.question) + (MC_PRIMER if mc else "") for p in batch]
-            first = [make_attempt("cot", pr, c, pot_timeout_s, allow_unsafe_exec) for pr, c in zip(prompts, backend.generate(prompts, sampling))]
-        rows = [{"id": p.id, "gt_raw": p.raw_answer, "requested_mode": mode, "attempts": [a]} for p, a in zip(batch, first)]
+        prompts = [first_prompt(p) for p in batch]
+        first = [make_attempt("pot" if use_pot else "cot", pr, c, pot_timeout_s, allow_unsafe_exec)
+                 for pr, c in zip(prompts, backend.generate(prompts, sampling))]
+        rows = [{"id": p.id, "fingerprint": expected[p.id], "gt_raw": p.raw_answer, "requested_mode": mode,
+                 "attempts": [a]} for p, a in zip(batch, first)]
         if mode == "paper" and use_pot:
             redo = [i for i, a in enumerate(first) if "" in first_attempt_preds(benchmark, a, mode).values()]
             if redo:
@@ -177,10 +202,11 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
                 r.update(score_row(benchmark, r, protocol, force_choice_letter))
                 if symbolic_math and benchmark.answer == "math":
                     r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")  # one write per line
+                f.flush()
         bar.update(len(batch))
     bar.close()
-    return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad,
+    return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
             "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2)}
 
 

@@ -174,8 +174,11 @@ def header(command: str | None) -> str:
 
 
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
-              protocol: str | None = None) -> dict:
-    df = load_results(paths, protocol)
+              protocol: str | None = None, skip_bad: bool = False) -> dict:
+    skipped: list[str] = []
+    df = load_results(paths, protocol, skip_bad, skipped)
+    for f in skipped:
+        print(f"numlearn.reporting.aggregate: skipped unreadable {f}", file=sys.stderr)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     seeds = n_seeds(df)
@@ -183,7 +186,8 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     ref_rows = []
     if reference:
         ref_rows = [{"model": m, "loss": loss, MACC: v} for (m, loss), v in PAPER_MACC.items()]
-    md = [header(command), f"- evaluation protocol: {df['protocol'].iloc[0]}", "", "## Accuracy (%)", "",
+    md = [header(command), f"- evaluation protocol: {df['protocol'].iloc[0]}"
+          + (f"; {len(skipped)} unreadable result file(s) skipped" if skipped else ""), "", "## Accuracy (%)", "",
           "mean ± std over seeds; mACC = unweighted mean over the columns. Rows in *italics* are the paper's "
           "reported mACC over its seven benchmarks (authors' README), not comparable cell by cell.", "",
           to_markdown(mean, std, cols, seeds, 1, ref_rows)]
@@ -230,9 +234,11 @@ def main(argv=None) -> int:
     ap.add_argument("--wandb", action="store_true", help="also log the tables to W&B (offline without a key)")
     ap.add_argument("--protocol", choices=("strict", "official"), default=None,
                     help="evaluation protocol of the table (default: the one protocol the results share)")
+    ap.add_argument("--skip-bad", action="store_true", help="leave out unreadable result files (named on stderr)")
     a = ap.parse_args(argv)
     try:
-        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol)
+        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol,
+                        skip_bad=a.skip_bad)
     except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2

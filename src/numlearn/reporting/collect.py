@@ -22,22 +22,37 @@ def _for_protocol(f: Path, protocol: str | None) -> tuple[Path, dict] | None:
     return (alt, json.loads(alt.read_text())) if alt.exists() else None
 
 
-def load_results(paths: list[str | Path], protocol: str | None = None) -> pd.DataFrame:
+class BadResultFile(ValueError):
+    pass
+
+
+def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad: bool = False,
+                 skipped: list | None = None) -> pd.DataFrame:
     """One row per result file. ``protocol``: take each generation's result under that protocol
     (see ``numlearn.evaluation.score --write``); None accepts one protocol only -- a table never
-    mixes the two."""
+    mixes the two. A file that is not a readable result raises ``BadResultFile`` naming it, or with
+    ``skip_bad`` is left out and appended to ``skipped``."""
     files: list[Path] = []
     for p in paths:
         p = Path(p)
         files.extend(sorted(p.rglob("result.json")) if p.is_dir() else [p])
     rows, missing = [], []
     for f0 in files:
-        got = _for_protocol(f0, protocol)
-        if got is None:
-            missing.append(str(f0))
+        try:
+            got = _for_protocol(f0, protocol)
+            if got is None:
+                missing.append(str(f0))
+                continue
+            f, r = got
+            run, m, b = r.get("run") or {}, r["metrics"], r["benchmark"]
+            m["accuracy"], m["n"], b["name"], r["mode"]  # noqa: B018 - the fields every table needs
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            if not skip_bad:
+                raise BadResultFile(f"{f0}: not a readable result file ({type(e).__name__}: {e}); re-run its "
+                                    "evaluation, delete it, or pass --skip-bad") from None
+            if skipped is not None:
+                skipped.append(str(f0))
             continue
-        f, r = got
-        run, m, b = r.get("run") or {}, r["metrics"], r["benchmark"]
         rows.append({
             "file": str(f), "experiment": run.get("experiment"), "model": run.get("model"),
             "loss": run.get("loss") or "?", "alpha": run.get("alpha"), "seed": run.get("seed"),

@@ -11,9 +11,11 @@ Run dir layout::
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -189,6 +191,38 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
     }
 
 
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep the records up to the checkpoint a run resumes from: the steps after it are redone."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("step", 0) <= step:
+            keep.append(line)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(k + "\n" for k in keep))
+    tmp.replace(path)
+
+
+def whole_run_loss(path: Path) -> float | None:
+    """Mean training loss over the whole run from ``metrics.jsonl``: each logged loss is the mean
+    since the previous log, so it is weighted by the steps it covers."""
+    if not path.exists():
+        return None
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    logs = sorted((r["step"], r["loss"]) for r in recs if "loss" in r and "step" in r)
+    tot = n = prev = 0
+    for step, loss in logs:
+        tot += loss * (step - prev)
+        n += step - prev
+        prev = step
+    return tot / n if n else None
+
+
 def train(cfg: DictConfig) -> Path:
     from transformers import set_seed
 
@@ -199,6 +233,13 @@ def train(cfg: DictConfig) -> Path:
         return run_dir
     plan = plan_run(cfg)  # every option checked, loss built: errors come before any weight loads
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.get("force", False) and not cfg.get("dry_run", False):
+        # force = retrain from scratch: an old checkpoint must not be resumed under a new config
+        for name in ("checkpoints", "final"):
+            shutil.rmtree(run_dir / name, ignore_errors=True)
+        for name in ("metrics.jsonl", "run.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        print(f"[numlearn.train] force=true: previous checkpoints and records removed from {run_dir}", flush=True)
     if cfg.get("dry_run", False):
         meta = run_metadata(cfg, plan, "dry_run")
         write_json(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else "run.json"), meta)
@@ -293,8 +334,12 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
 
         trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints one readable line instead
     last = get_last_checkpoint(str(run_dir / "checkpoints")) if (run_dir / "checkpoints").exists() else None
+    metrics_path = run_dir / "metrics.jsonl"
     if last:
         print(f"[numlearn.train] resuming from {last}", flush=True)
+        truncate_metrics(metrics_path, int(Path(last).name.split("-")[-1]))
+    elif metrics_path.exists():
+        metrics_path.unlink()  # no checkpoint: the run starts over, so do its records
     t0 = time.time()
     try:
         result = trainer.train(resume_from_checkpoint=last)
@@ -307,8 +352,11 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
                 path = ensure_synthetic(cache_dir, 0, int(hcfg.n), 0, int(cfg.data.get("seed", 0)))["test"]
                 recs = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
                 held = heldout_metrics(model, tokenizer, recs, loss_fn, int(tcfg.max_length))
-        meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2),
-                    train_metrics=result.metrics, heldout=held, global_step=trainer.state.global_step)
+        whole = whole_run_loss(metrics_path)
+        train_metrics = {**result.metrics, **({"train_loss": whole} if whole is not None else {}),
+                         "train_loss_note": "mean of the logged losses over the whole run, resumes included"}
+        meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2), resumed_from=last,
+                    train_metrics=train_metrics, heldout=held, global_step=trainer.state.global_step)
         if trainer.is_world_process_zero():
             write_json(meta_path, meta)
             print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
