@@ -222,3 +222,12 @@ def test_evaluation_refuses_to_start_without_the_os_sandbox(tmp_path):
     assert r.returncode != 0 and len(lines) == 1 and "bubblewrap" in lines[0] and "allow_unsafe_exec" in lines[0]
     r = _run(["numlearn.evaluate", "loss=del", "eval.allow_unsafe_exec=true"], env=env)
     assert r.returncode != 0 and "bubblewrap" not in r.stderr and "not found: train it first" in r.stderr
+
+
+def test_an_unknown_model_offline_is_one_line(data_dir):
+    import os
+
+    env = {**os.environ, "NUMLEARN_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
+    r = _run(["numlearn.evaluate", "eval=paper", "model_path=nosuchmodel", "eval.limit=1"], env=env)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(lines) == 1 and "'nosuchmodel'" in lines[0] and "offline" in lines[0]

@@ -187,3 +187,20 @@ def test_make_data_fills_the_data_root_from_a_mirror_and_refuses_bad_checksums(d
     assert fetch(out, ["aqua"], mirror=tmp_path / "mirror") == 1
     assert not (out / "benchmarks" / "aqua" / "AQuA.json").exists()
     assert "not written" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "the file is empty"),
+    (b"\xff\xfe\x00bad", "not UTF-8 text"),
+    (b"5\n", "a record must be a JSON object, got int"),
+    (b'{"instruction": "q", "output": "a"}\n{"instruction": ', "not valid JSON"),
+    (b'[{"instruction": "q", "output": "a"}, 3]', "a record must be a JSON object, got int"),
+])
+def test_bad_data_files_are_one_clear_error(tmp_path, content, message):
+    from numlearn.data.sources import read_records
+
+    f = tmp_path / ("d.json" if content.startswith(b"[") else "d.jsonl")
+    f.write_bytes(content)
+    with pytest.raises(DataError, match=message) as e:
+        read_records(f)
+    assert str(f) in str(e.value)

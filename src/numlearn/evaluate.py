@@ -7,6 +7,7 @@ and mode, ``<eval_dir>/<benchmark>/<mode>/generations.jsonl`` and ``result.json`
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,9 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     else:
         run_meta = {"experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,
                     "seed": int(cfg.seed), "run_dir": None}
+    if not Path(model_path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hub_cache(model_path):
+        raise FileNotFoundError(f"model {model_path!r} is neither a directory nor a cached hub model, and the hub is "
+                                "offline (HF_HUB_OFFLINE=1): pass model_path=<model dir> or train the run first")
     backend = get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
                           tensor_parallel_size=ecfg.get("tensor_parallel_size", 1),
                           max_model_len=ecfg.get("max_model_len", 4096), seed=int(cfg.seed),
@@ -105,6 +109,15 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                   + (f" numerical_distance={nd:.4f}" if nd is not None else "")
                   + f" ({gen_info['n_resumed']} resumed) -> {out / 'result.json'}", flush=True)
     return written
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an invalid repo id is simply not cached
+        return False
 
 
 def model_fingerprint(model_path: str) -> str:

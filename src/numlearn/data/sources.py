@@ -45,16 +45,30 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if not p.exists():
         raise DataError(f"data file not found: {p}. Set paths.data_dir (or NUMLEARN_DATA_DIR) to the data "
                         "root, see README 'Data'.")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p}: not UTF-8 text (byte {e.start}); expected JSON lines or a JSON array") from None
+    if not text.strip():
+        raise DataError(f"{p}: the file is empty; expected JSON lines or a JSON array of records")
     if p.suffix == ".json" and text.lstrip().startswith("["):
-        return json.loads(text)
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+        try:
+            out = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{p}: not a valid JSON array ({e.msg} at line {e.lineno})") from None
+        lines = range(1, len(out) + 1)
+    else:
+        out, lines = [], []
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+                lines.append(i)
+    for i, rec in zip(lines, out):
+        if not isinstance(rec, dict):
+            raise DataError(f"{p}:{i}: a record must be a JSON object, got {type(rec).__name__}")
     return out
 
 
