@@ -198,11 +198,14 @@ def test_official_harness_needs_a_preset():
     ("loss.aux_normalization=microbatch", "renamed"),
     ("data.template=random", "data.template=official"),
 ])
-def test_bad_training_options_are_one_line(override, message):
-    r = _run(["numlearn.train", "loss=del", override])
+def test_bad_training_options_are_one_line(override, message, tmp_path):
+    import os
+
+    r = _run(["numlearn.train", "loss=del", override], env={**os.environ, "NUMLEARN_OUTPUT_DIR": str(tmp_path)})
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], r.stderr
+    assert list(tmp_path.iterdir()) == []  # no junk run dir left behind
 
 
 def test_an_experiment_can_set_what_evaluation_loads():

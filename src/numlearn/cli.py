@@ -35,5 +35,32 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
                 sys.exit(f"{prog}: error: unknown {key} {v!r}; choose one of: {', '.join(choices)}")
 
 
-def fail(prog: str, err: Exception) -> None:
+def fail(prog: str, err: Exception, run_dir=None, output_root=None) -> None:
+    if run_dir is not None:
+        remove_if_junk(run_dir, output_root)
     sys.exit(f"{prog}: error: {err}")
+
+
+def remove_if_junk(run_dir, stop_at=None) -> None:
+    """After a failure before any work: remove the run dir Hydra created for it (``.hydra/``, a
+    ``train.log`` / ``evaluate.log``, ``eval/.hydra/``) and its then-empty parents below
+    ``stop_at``, so bad input leaves nothing behind. A dir holding anything else is kept."""
+    import shutil
+
+    d = Path(str(run_dir))
+    if not d.is_dir():
+        return
+    names = {p.name for p in d.iterdir()}
+    if not names <= {".hydra", "train.log", "evaluate.log", "eval"}:
+        return
+    if "eval" in names and {p.name for p in (d / "eval").iterdir()} - {".hydra"}:
+        return
+    shutil.rmtree(d, ignore_errors=True)
+    stop = Path(str(stop_at)).resolve() if stop_at is not None else None
+    for parent in d.resolve().parents:
+        if stop is not None and (parent == stop or stop not in parent.parents):
+            break
+        try:
+            parent.rmdir()  # only while empty
+        except OSError:
+            break

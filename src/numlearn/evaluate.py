@@ -149,7 +149,7 @@ def _main(cfg: DictConfig) -> None:
     try:
         run_evaluation(cfg)
     except (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable) as e:
-        fail("numlearn.evaluate", e)
+        fail("numlearn.evaluate", e, cfg.get("run_dir"), cfg.paths.output_dir)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ def _main(cfg: DictConfig) -> None:
     except (DataError, TokenizerDigitError, FileNotFoundError, ValueError) as e:
         if os.environ.get("NUMLEARN_DEBUG"):
             raise
-        fail("numlearn.train", e)
+        fail("numlearn.train", e, cfg.get("run_dir"), cfg.paths.output_dir)
 
 
 def main() -> None:
