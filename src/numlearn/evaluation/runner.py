@@ -123,10 +123,11 @@ def score_row(benchmark: str | BenchmarkSpec, row: dict, protocol: str, force_ch
         pred = (_strict_pred(benchmark, used, requested, force_choice_letter) if protocol == "strict"
                 else _official_pred(benchmark, used))
     mode = "cot_backup" if used is not atts[0] else used["kind"]
-    strict_prog = (atts[0]["program"] or {}).get("strict") if atts[0]["kind"] == "pot" else None
+    # the program this protocol ran for the first attempt (strict runs PoT programs only)
+    prog = (atts[0]["program"] or {}).get(protocol) if atts[0]["kind"] == "pot" or protocol == "official" else None
     return {"protocol": protocol, "pred": pred, "correct": is_correct(benchmark, pred, row["gt_raw"], protocol),
             "gt": normalize_truth(benchmark, row["gt_raw"], protocol), "mode": mode,
-            "completion": used["completion"], "program_ok": None if strict_prog is None else strict_prog["ok"]}
+            "completion": used["completion"], "program_ok": None if prog is None else prog["ok"]}
 
 
 class _Progress:
