@@ -89,3 +89,11 @@ def test_force_choice_letter_option_and_unknown_benchmark():
     assert not is_correct("aqua", "", "A")
     with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'"):
         extract_answer("gsm9k", "1")
+
+
+def test_very_long_numbers_do_not_break_extraction():
+    long = "1" * 80
+    assert extract_answer("svamp", f"The answer is {long}") == long  # beyond Decimal's 28 digits
+    assert extract_answer("svamp", f"The answer is {long}.50") == long + ".5"
+    assert is_correct("svamp", long, long) and not is_correct("svamp", long, "1" * 79)
+    assert extract_answer("svamp", "The answer is 1e999999999") in ("1", "")  # no exponent blow-up

@@ -19,7 +19,7 @@ evaluation code decision by decision (``numlearn.evaluation.official``); every f
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 
 from .spec import BASE_TRIGGERS as TRIGGERS
 from .spec import BenchmarkSpec, as_spec
@@ -54,22 +54,25 @@ def normalize_number(s: str) -> str:
     s = s.strip().replace(",", "").replace("$", "").rstrip(".")
     if not s:
         return ""
-    try:
-        if "/" in s:
-            a, b = s.split("/", 1)
-            if Decimal(b) == 0:
-                return ""
-            d = (Decimal(a) / Decimal(b)).quantize(Decimal("0.000001"))
+    # models emit digit strings far longer than Decimal's default 28-digit context
+    with localcontext() as ctx:
+        ctx.prec = max(64, 2 * len(s))
+        try:
+            if "/" in s:
+                a, b = s.split("/", 1)
+                if Decimal(b) == 0:
+                    return ""
+                d = (Decimal(a) / Decimal(b)).quantize(Decimal("0.000001"))
+            else:
+                d = Decimal(s)
+        except (InvalidOperation, ValueError):
+            return ""
+        if not d.is_finite():
+            return ""
+        if d == d.to_integral_value():
+            out = str(int(d))
         else:
-            d = Decimal(s)
-    except (InvalidOperation, ValueError):
-        return ""
-    if not d.is_finite():
-        return ""
-    if d == d.to_integral_value():
-        out = str(d.quantize(Decimal(1)))
-    else:
-        out = format(d, "f").rstrip("0").rstrip(".")
+            out = format(d, "f").rstrip("0").rstrip(".")
     return "0" if out in ("-0", "") else out
 
 
