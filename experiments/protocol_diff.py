@@ -94,7 +94,21 @@ def main(argv=None) -> int:
                                         f"{c['official_correct']}/{c['n']}", str(c["pred_differs"]),
                                         str(c["correct_differs"]), *(str(c[d]) for d in DECISIONS)]) + " |")
     legend = [f"- `{k}`: {v}" for k, v in DECISIONS.items()]
-    text = "\n".join(lines + ["", "Decision columns count the problems where the decision applies:", *legend]) + "\n"
+    import platform
+    import shlex
+    import time
+
+    from numlearn.provenance import git_info
+
+    g = git_info()
+    first = json.loads(Path(a.files[0]).with_name("result.json").read_text())
+    head = [f"- command: `python {' '.join(shlex.quote(x) for x in sys.argv)}`",
+            f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; git: {g['commit']}{' (dirty)' if g['dirty'] else ''}; "
+            f"machine: {platform.platform()}",
+            f"- generations: model {first.get('model_path')}, backend {first.get('backend', {}).get('backend')}, "
+            f"sampling {first.get('sampling')}", ""]
+    text = "\n".join(head + lines + ["", "Decision columns count the problems where the decision applies:",
+                                     *legend]) + "\n"
     print(text)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
