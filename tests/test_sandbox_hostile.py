@@ -78,7 +78,10 @@ def test_the_filesystem_holds_only_the_interpreter():
              "print(os.path.exists('/etc'), os.path.exists('/sys'), os.path.exists('/home'))")
     top = eval(r.stdout.splitlines()[0])
     assert set(top) <= {"usr", "bin", "lib", "lib64", "sbin", "proc", "dev", "tmp", "sandbox", "root", "work"}
-    assert r.stdout.splitlines()[1] == "[]" and r.stdout.splitlines()[2] == "False False False"
+    tmp_entries = eval(r.stdout.splitlines()[1])
+    # a private /tmp: empty but for the mount point of a venv that lives under the host's /tmp
+    assert tmp_entries == [] or (len(tmp_entries) == 1 and sys.prefix.startswith(f"/tmp/{tmp_entries[0]}"))
+    assert r.stdout.splitlines()[2] == "False False False"
     # the mount points leading to the read-only interpreter / venv hold nothing else
     venv_parent = Path(sys.prefix).parent
     r = _run(f"import os\nprint(sorted(os.listdir({str(venv_parent)!r})))")
@@ -237,3 +240,13 @@ def test_refuses_without_isolation_unless_the_user_opts_in(monkeypatch):
         sandbox.run_program("print(1)")
     r = sandbox.run_program("print(1)", allow_unsafe=True)
     assert r.ok and r.isolation == "process (unsafe)"
+
+
+def test_an_interpreter_under_the_hosts_tmp_still_runs(tmp_path):
+    """A CI clone lives under /tmp: the sandbox's own /tmp must not hide its venv."""
+    import venv
+
+    root = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    r = run_program("import sys\nprint(sys.prefix)", python=str(root / "bin" / "python"))
+    assert r.ok and r.stdout.strip() == str(root), r

@@ -113,7 +113,10 @@ class ProgramResult:
 
 def _bwrap_argv(workdir: str, python: str) -> list[str]:
     ro = []
-    for path in sorted({os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}):
+    prefixes = {os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}
+    if python != sys.executable:  # another interpreter or venv: its root too
+        prefixes.add(os.path.dirname(os.path.dirname(os.path.abspath(python))))
+    for path in sorted(prefixes):
         if not path.startswith("/usr"):
             ro += ["--ro-bind", path, path]
     links = []
@@ -123,10 +126,13 @@ def _bwrap_argv(workdir: str, python: str) -> list[str]:
             links += ["--symlink", os.readlink(target), target]
         elif os.path.isdir(target):
             links += ["--ro-bind", target, target]
+    # Order matters: a later mount covers an earlier one, so the private /tmp comes first and the
+    # interpreter / venv binds (which may live under the host's /tmp, as in a CI clone) go on top.
     return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
+            "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
             "--ro-bind", "/usr", "/usr", *links, *ro,
-            "--bind", workdir, WORKDIR, "--chdir", WORKDIR, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--bind", workdir, WORKDIR, "--chdir", WORKDIR,
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", WORKDIR,
             "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
             "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1",
