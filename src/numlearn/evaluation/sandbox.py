@@ -224,10 +224,7 @@ def isolation_status() -> tuple[bool, str]:
 def _preexec(limits: dict[str, int], as_root: bool, drop_uid: bool):
     def fn():
         os.setsid()
-        for res, val in ((resource.RLIMIT_CPU, limits["cpu"]), (resource.RLIMIT_AS, limits["mem"]),
-                         (resource.RLIMIT_FSIZE, limits["fsize"]), (resource.RLIMIT_NOFILE, 64),
-                         (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(res, (val, val))
+        _set_rlimits(limits)
         if as_root:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.unshare(CLONE_NEWNET) != 0:
@@ -298,26 +295,58 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
     return res
 
 
+def _wait_then_kill(proc, timeout_s: float, after_kill=None) -> tuple[int | None, bool]:
+    """Wait up to ``timeout_s``, then kill the process group whatever happened (children that
+    outlived the program go too); return (exit status or None, timed out)."""
+    timed_out, rc = False, None
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if after_kill is not None:
+            after_kill()
+    if rc is None:
+        try:
+            rc = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+    return rc, timed_out
+
+
+def _workdir(code: str) -> str:
+    """A fresh directory holding the program and the guard that runs it."""
+    tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
+    for name, text in (("program.py", code), ("guard.py", _GUARD)):
+        with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    return tmp
+
+
+def _set_rlimits(limits: dict[str, int]) -> None:
+    for res, val in ((resource.RLIMIT_CPU, limits["cpu"]), (resource.RLIMIT_AS, limits["mem"]),
+                     (resource.RLIMIT_FSIZE, limits["fsize"]), (resource.RLIMIT_NOFILE, 64),
+                     (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(res, (val, val))
+
+
 def _limits_preexec(limits: dict[str, int], pids: _PidsLimit | None = None):
     def fn():
         os.setsid()
         if pids is not None:
             pids.join()
-        for res, val in ((resource.RLIMIT_CPU, limits["cpu"]), (resource.RLIMIT_AS, limits["mem"]),
-                         (resource.RLIMIT_FSIZE, limits["fsize"]), (resource.RLIMIT_NOFILE, 64),
-                         (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(res, (val, val))
+        _set_rlimits(limits)
     return fn
 
 
 def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how) -> ProgramResult:
-    tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
+    tmp = _workdir(code)
     t0 = time.monotonic()
     try:
-        with open(os.path.join(tmp, "program.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        with open(os.path.join(tmp, "guard.py"), "w", encoding="utf-8") as f:
-            f.write(_GUARD)
         # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE,
         # which is set well above the stdout cap so stderr chatter cannot fail a correct program.
         limits = {"cpu": int(timeout_s) + 1, "mem": memory_mb * 1024 * 1024,
@@ -335,21 +364,7 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
                                             stderr=fe, preexec_fn=_limits_preexec(limits, pids), close_fds=True)
                 except (OSError, subprocess.SubprocessError) as e:
                     return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
-                timed_out = False
-                try:
-                    rc = proc.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    timed_out, rc = True, None
-                finally:
-                    try:  # bwrap and everything in its pid namespace
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                    if rc is None:
-                        try:
-                            rc = proc.wait(timeout=5)
-                        except subprocess.TimeoutExpired:
-                            rc = None
+                rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
             return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how)
         finally:
             pids.close()
@@ -362,13 +377,9 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
     """The process-level fallback (``allow_unsafe``): not a boundary."""
     global _UID_DROP_WORKS
     as_root = os.geteuid() == 0
-    tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
+    tmp = _workdir(code)
     t0 = time.monotonic()
     try:
-        with open(os.path.join(tmp, "program.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        with open(os.path.join(tmp, "guard.py"), "w", encoding="utf-8") as f:
-            f.write(_GUARD)
         if as_root:
             os.chown(tmp, SANDBOX_UID, SANDBOX_UID)
             os.chmod(tmp, 0o700)
@@ -397,23 +408,8 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
                                             preexec_fn=_preexec(limits, as_root, False), close_fds=True)
             except (OSError, subprocess.SubprocessError) as e:
                 return ProgramResult("", False, error=f"could not start sandbox: {e}")
-            timed_out = False
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out, rc = True, None
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                if drop and _UID_DROP_WORKS:
-                    _kill_uid_processes(SANDBOX_UID)
-                if rc is None:
-                    try:
-                        rc = proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        rc = None
+            rc, timed_out = _wait_then_kill(
+                proc, timeout_s, (lambda: _kill_uid_processes(SANDBOX_UID)) if drop and _UID_DROP_WORKS else None)
         res = _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, "process (unsafe)")
         if rc == 97 and not as_root:
             res.error = f"exit status {rc}"
