@@ -79,7 +79,7 @@ def digit_profile(run_dir, records):
 
 runs = sorted({Path(json.loads(Path(f).read_text())["run"]["run_dir"]) for f in df["file"]})  # recorded, not guessed
 CACHE = Path(os.environ.get("NUMLEARN_NB_CACHE", ROOT / "data_cache"))
-test_file = sorted((CACHE / "synthetic").glob("seed=0/test-*.jsonl"), key=lambda p: -int(p.stem.split("-")[1]))
+test_file = sorted((CACHE / "synthetic").glob("*/seed=0/test-*.jsonl"), key=lambda p: (-p.stat().st_mtime, -int(p.stem.split("-")[1])))
 records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(test_file[0])][:MAX_EXAMPLES] if test_file else []
 profiles = {}
 for rd in runs:

@@ -204,3 +204,14 @@ def test_bad_data_files_are_one_clear_error(tmp_path, content, message):
     with pytest.raises(DataError, match=message) as e:
         read_records(f)
     assert str(f) in str(e.value)
+
+
+def test_cached_splits_are_keyed_by_generator_and_verified(tmp_path, capsys):
+    paths = synthetic.ensure_synthetic(tmp_path, 0, 20, 0, seed=3)
+    p = paths["test"]
+    assert synthetic.generator_key() in p.parts and p.with_name(p.name + ".sha256").exists()
+    original = p.read_bytes()
+    p.write_bytes(original.replace(b'"answer"', b'"answer_"', 1))  # tampered or half-written cache
+    again = synthetic.ensure_synthetic(tmp_path, 0, 20, 0, seed=3)["test"]
+    assert again == p and p.read_bytes() == original
+    assert "fails its checksum" in capsys.readouterr().err

@@ -204,18 +204,37 @@ def write_split(path: str | Path, problems: list[SyntheticProblem]) -> Path:
     return path
 
 
+def generator_key() -> str:
+    """Identity of the generator's code: caches are keyed by it, so a changed generator never
+    reuses splits an earlier version wrote."""
+    import hashlib
+
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+
 def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0) -> dict[str, Path]:
-    """Write (once) ``<root>/synthetic/seed=<seed>/<split>-<n>.jsonl`` for each split with n > 0 and
-    return their paths. Files that exist are reused (same seed and n -> same bytes)."""
-    out = Path(root) / "synthetic" / f"seed={seed}"
+    """Write (once) ``<root>/synthetic/<generator key>/seed=<seed>/<split>-<n>.jsonl`` for each split
+    with n > 0 and return their paths. A cached file is reused only when its sha256 matches the one
+    recorded beside it when it was written; otherwise it is regenerated (one line on stderr)."""
+    import hashlib
+    import sys
+
+    out = Path(root) / "synthetic" / generator_key() / f"seed={seed}"
     paths = {}
     for split, n in (("train", n_train), ("test", n_test), ("test_ood", n_ood)):
         if n <= 0:
             continue
         p = out / f"{split}-{n}.jsonl"
+        digest = p.with_name(p.name + ".sha256")
+        if p.exists():
+            ok = digest.exists() and hashlib.sha256(p.read_bytes()).hexdigest() == digest.read_text().strip()
+            if not ok:
+                print(f"[numlearn.data] cached split {p} fails its checksum; regenerating it", file=sys.stderr)
+                p.unlink()
         if not p.exists():
             tmp = p.with_suffix(".tmp")
             write_split(tmp, generate(split, n, seed))
+            digest.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
             tmp.replace(p)
         paths[split] = p
     return paths
