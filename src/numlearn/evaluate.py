@@ -66,6 +66,9 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                           max_model_len=ecfg.get("max_model_len", 4096), seed=int(cfg.seed),
                           enforce_eager=ecfg.get("enforce_eager", False))
     prov = provenance()
+    # what the generations come from, fixed for this evaluation (the model dir is walked once)
+    model_key = {"model": model_fingerprint(model_path), "backend": backend.name,
+                 "dtype": backend.describe().get("dtype")}
     written = []
     for name, (problems, info) in loaded.items():
         spec = BenchmarkSpec.from_config(ecfg.benchmarks[name])
@@ -85,7 +88,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol, allow_unsafe_exec=allow_unsafe,
-                generation_key=generation_key(backend, model_path, sampling),
+                generation_key=generation_key(model_key, sampling),
             )
             wanted = {p.id for p in problems}
             recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
@@ -136,9 +139,8 @@ def model_fingerprint(model_path: str) -> str:
     return f"{model_path}@{h.hexdigest()[:16]}"
 
 
-def generation_key(backend, model_path: str, sampling) -> str:
-    return json.dumps({"model": model_fingerprint(model_path), "backend": backend.name,
-                       "dtype": backend.describe().get("dtype"), "sampling": sampling.as_dict()}, sort_keys=True)
+def generation_key(model_key: dict, sampling) -> str:
+    return json.dumps({**model_key, "sampling": sampling.as_dict()}, sort_keys=True)
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")

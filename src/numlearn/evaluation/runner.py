@@ -54,6 +54,12 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
     return recs, bad
 
 
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1)
+
+
 def row_fingerprint(generation_key: str, first_prompt: str) -> str:
     """What a generations line was produced from: the model and sampling (``generation_key``) and
     the prompt. Resume reuses a line only when this matches."""
@@ -172,7 +178,7 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
         print(f"[numlearn.evaluate] {len(stale)} line(s) of {out_path} came from another model, sampling setting "
               "or prompt; regenerating them", file=sys.stderr, flush=True)
         done = [r for r in done if r not in stale]
-    ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or out_path.read_bytes()[-1:] == b"\n"
+    ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or _last_byte(out_path) == b"\n"
     if bad or stale or not ends_cleanly:  # rewrite, so every line is whole and the next append starts a line
         tmp = out_path.with_name(out_path.name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:

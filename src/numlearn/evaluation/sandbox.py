@@ -139,6 +139,7 @@ def _bwrap_argv(workdir: str, python: str) -> list[str]:
             "--", python, "-I", "-B", "guard.py"]
 
 
+@lru_cache(maxsize=1)
 def _pids_cgroup_root() -> str | None:
     """A cgroup hierarchy with the pids controller that this process may create groups in
     (cgroup v1 ``/sys/fs/cgroup/pids``, or v2 with pids enabled); None elsewhere."""

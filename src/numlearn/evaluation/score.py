@@ -31,8 +31,8 @@ def _same(a, b, tol=1e-9) -> bool:
     return a == b
 
 
-def rescore_file(gen_path: Path, stored: dict, protocol: str) -> tuple[dict, list[dict]]:
-    recs, _ = read_jsonl(gen_path)
+def rescore_records(recs: list[dict], stored: dict, protocol: str) -> tuple[dict, list[dict]]:
+    """Metrics and rows of a result's generations (``recs``, as read) under ``protocol``."""
     wanted = set(stored.get("correct_by_id") or {}) or None
     if wanted is not None:
         recs = [r for r in recs if r["id"] in wanted]
@@ -60,12 +60,13 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         stored = json.loads(res_path.read_text())
-        if "attempts" not in (read_jsonl(p)[0] or [{}])[0]:
+        recs = read_jsonl(p)[0]
+        if "attempts" not in (recs or [{}])[0]:
             print(f"{p}: written before generations kept their attempts; re-run numlearn.evaluate to rescore",
                   file=sys.stderr)
             return 2
         protocol = a.protocol or stored.get("protocol", "strict")
-        m, recs = rescore_file(p, stored, protocol)
+        m, recs = rescore_records(recs, stored, protocol)
         print(json.dumps({"file": str(p), "protocol": protocol, "metrics": m}, indent=1))
         if a.check:
             if protocol != stored.get("protocol", "strict"):

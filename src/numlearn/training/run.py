@@ -11,6 +11,7 @@ Run dir layout::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -101,17 +102,6 @@ class RunPlan:
         return fn(self.grad_accum, self.world_size) if fn else None
 
 
-def _lazy(fn):
-    box = []
-
-    def get():
-        if not box:
-            box.append(fn())
-        return box[0]
-
-    return get
-
-
 def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -162,7 +152,7 @@ def plan_run(cfg) -> RunPlan:
             raise ValueError(f"data config {cfg.data.name!r} produced no training records")
         return recs
 
-    records = _lazy(load)
+    records = functools.cache(load)  # loaded once, on first use (a dry run with a hub tokenizer never does)
     template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed))
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
                                 cache_dir, _abs(cfg.paths.root_dir))
