@@ -507,3 +507,25 @@ def test_ntl_was_agrees_with_ntloss_package(char_tokenizer):
         expected = ref(logits, t)  # ntloss takes already-aligned labels
         got = ours(logits, labels).aux
         assert got.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+
+
+def test_digit_summary_by_hand():
+    """Two digit targets: uniform logits (acc 0, entropy ln 10, NLL ln 10) and logits with ln 3 on
+    the target digit 4 (p = 3/12: NLL ln 4; argmax correct)."""
+    import math
+
+    from numlearn.losses import digit_summary
+    from numlearn.losses.spans import DigitTargets
+
+    zd = torch.zeros(2, 10)
+    zd[1, 4] = math.log(3.0)
+    dt = DigitTargets(rows=torch.tensor([0, 1]), values=torch.tensor([7, 4]), del_weight=torch.ones(2),
+                      int_place=torch.ones(2))
+    s = digit_summary(zd, dt)
+    assert float(s["n"]) == 2 and float(s["correct"]) == 1
+    assert float(s["nll"]) == pytest.approx(math.log(10) + math.log(4), abs=1e-6)
+    p = torch.full((10,), 1 / 12)
+    p[4] = 3 / 12
+    assert float(s["entropy"]) == pytest.approx(math.log(10) - float((p * p.log()).sum()), abs=1e-6)
+    # Figure-1 view: mass at |k - y| = 0 is 0.1 (uniform) + 0.25
+    assert float(s["mass_by_distance"][0]) == pytest.approx(0.35, abs=1e-6)

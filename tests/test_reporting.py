@@ -78,7 +78,11 @@ def test_paired_bootstrap(results):
     row = b[(b["loss"] == "del") & (b["column"] == "bench_a (cot)")].iloc[0]
     # per-problem mean over seeds: del [1,1,1,.5], mle [1,1,.5,0] -> diffs [0,0,.5,.5], mean .25
     assert row["delta"] == pytest.approx(25.0)
-    assert row["ci_low"] <= 25.0 <= row["ci_high"] and row["ci_low"] >= 0.0
+    # problem-only (secondary): every per-problem difference is >= 0, so no resample goes below 0
+    assert row["problem_ci_low"] <= 25.0 <= row["problem_ci_high"] and row["problem_ci_low"] >= 0.0
+    # seed-aware (primary): both losses ran seeds 0 and 1 -> paired; two seeds are too few to call it
+    assert row["n_seeds"] == 2 and row["n_seeds_baseline"] == 2 and row["paired_seeds"]
+    assert row["ci_low"] <= 25.0 <= row["ci_high"] and not row["significant"]
     macc = b[(b["loss"] == "del") & (b["column"] == "mACC")].iloc[0]
     assert macc["delta"] == pytest.approx((25.0 + 25.0) / 2)
 

@@ -214,7 +214,8 @@ class DigitLoss(TokenLoss):
 def digit_summary(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
     """Sums over the digit targets of a batch (add them across batches, divide by ``n``):
     ``n``, ``correct`` (argmax of the ten digit logits is the target), ``entropy`` (nats, of the
-    digit-conditional distribution p), ``mass_by_distance[k]`` (p's mass at |digit - target| = k,
+    digit-conditional distribution p), ``nll`` (nats, -log p(target digit) under p),
+    ``mass_by_distance[k]`` (p's mass at |digit - target| = k,
     the paper's Figure 1 view) and the per-target ``entropies``."""
     logp = torch.log_softmax(zd.float(), dim=-1)
     p = logp.exp()
@@ -223,6 +224,7 @@ def digit_summary(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]
     by_dist = torch.zeros(10, device=zd.device).index_add_(0, dist.reshape(-1), p.reshape(-1))
     return {"n": torch.tensor(float(dt.count), device=zd.device),
             "correct": (zd.argmax(-1) == dt.values).float().sum(), "entropy": ent.sum(),
+            "nll": -logp.gather(-1, dt.values.long().unsqueeze(-1)).sum(),
             "mass_by_distance": by_dist, "entropies": ent}
 
 

@@ -3,7 +3,9 @@
 Writes ``table1.{md,csv,tex}`` (rows model x loss, columns the benchmarks and mACC: accuracy in
 %, mean +- std over seeds), ``distance.{md,csv}`` (numerical distance), ``digits.{md,csv}``
 (per-digit-position accuracy) and, with an MLE row, ``vs_mle.{md,csv}``: each loss minus MLE
-with a paired bootstrap 95 % CI over problems. The paper's own numbers are added to the Markdown
+with a seed-aware 95 % CI (seeds and problems resampled; ``numlearn.reporting.stats``) and the
+problem-only CI as a secondary column; the held-out teacher-forced digit metrics of each run and
+their differences (``heldout_vs_mle.csv``). The paper's own numbers are added to the Markdown
 table as separate, labelled reference rows, never mixed with ours.
 """
 
@@ -22,6 +24,7 @@ import pandas as pd
 
 from .collect import load_results
 from .paper import PAPER_MACC
+from .stats import MIN_SEEDS_FOR_SIGNIFICANCE, multi_column_bootstrap, seed_bootstrap
 
 LOSS_ORDER = ["mle", "mixce", "emo", "ntl", "dist2", "del"]
 MACC = "mACC"
@@ -113,11 +116,17 @@ def digit_table(df: pd.DataFrame) -> pd.DataFrame:
     return t[pos].round(1)
 
 
+def _per_seed_matrix(sub: pd.DataFrame, col: str) -> dict:
+    """seed -> per-problem correctness (Series by problem id) of one column."""
+    return {int(r["seed"]): pd.Series(r["correct_by_id"], dtype=float)
+            for _, r in sub[sub["column"] == col].iterrows() if r["correct_by_id"]}
+
+
 def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Each loss minus ``baseline`` on the same problems: per column and for mACC (mean of the
-    column differences), problems resampled with replacement within each column; per-problem
-    correctness is averaged over the seeds each loss has."""
-    rng = np.random.default_rng(seed)
+    """Each loss minus ``baseline``, per column and for mACC (mean of the column differences), with
+    a seed-aware 95 % interval (``numlearn.reporting.stats``: seeds and problems resampled, seeds
+    paired when both sides ran the same ones) and, as a secondary column, the problem-only interval.
+    Only seeds evaluated on every column of a row are used; problems are those both sides scored."""
     df = df.copy()
     df["label"] = _row_label(df)
     out = []
@@ -125,38 +134,95 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
         base = dm[dm["loss"] == baseline]
         if base.empty:
             continue
-        cols = sorted(set(dm["column"]))
-        def per_problem(sub, col):
-            vecs = [pd.Series(r["correct_by_id"], dtype=float) for _, r in sub[sub["column"] == col].iterrows()]
-            return pd.concat(vecs, axis=1).mean(axis=1) if vecs else None
+        base_label = base["label"].iloc[0]
         for label, dl in dm.groupby("label"):
-            if label == baseline:
+            if label == base_label:
                 continue
-            diffs_boot, point = [], []
-            rows_col = []
-            for col in cols:
-                a, b = per_problem(dl, col), per_problem(base, col)
-                if a is None or b is None:
-                    continue
-                ids = sorted(set(a.index) & set(b.index))
+            cols = [c for c in sorted(set(dl["column"]) & set(base["column"]))]
+            per_a = {c: _per_seed_matrix(dl, c) for c in cols}
+            per_b = {c: _per_seed_matrix(base, c) for c in cols}
+            cols = [c for c in cols if per_a[c] and per_b[c]]
+            if not cols:
+                continue
+            seeds_a = sorted(set.intersection(*(set(per_a[c]) for c in cols)))
+            seeds_b = sorted(set.intersection(*(set(per_b[c]) for c in cols)))
+            if not seeds_a or not seeds_b:
+                continue
+            mats_a, mats_b, kept = [], [], []
+            for c in cols:
+                ids = sorted(set.intersection(*(set(per_a[c][s].index) for s in seeds_a),
+                                              *(set(per_b[c][s].index) for s in seeds_b)))
                 if not ids:
                     continue
-                d = (a[ids] - b[ids]).to_numpy()
-                idx = rng.integers(0, len(d), size=(n_boot, len(d)))
-                boot = d[idx].mean(axis=1)
-                diffs_boot.append(boot)
-                point.append(d.mean())
-                lo, hi = np.percentile(boot, [2.5, 97.5])
-                rows_col.append({"model": model, "loss": label, "column": col, "delta": 100 * d.mean(),
-                                 "ci_low": 100 * lo, "ci_high": 100 * hi, "n_problems": len(ids)})
-            if diffs_boot:
-                boot = np.mean(diffs_boot, axis=0)
-                lo, hi = np.percentile(boot, [2.5, 97.5])
-                rows_col.append({"model": model, "loss": label, "column": MACC, "delta": 100 * float(np.mean(point)),
-                                 "ci_low": 100 * lo, "ci_high": 100 * hi,
-                                 "n_problems": int(sum(r["n_problems"] for r in rows_col))})
-            out.extend(rows_col)
+                mats_a.append(np.stack([per_a[c][s][ids].to_numpy() for s in seeds_a]))
+                mats_b.append(np.stack([per_b[c][s][ids].to_numpy() for s in seeds_b]))
+                kept.append(c)
+            if not kept:
+                continue
+            diffs = multi_column_bootstrap(mats_a, mats_b, seeds_a, seeds_b, n_boot=n_boot, seed=seed)
+            names = kept + ([MACC] if len(kept) > 1 else [])
+            for c, d in zip(names, diffs, strict=True):
+                r = d.as_dict()
+                for k in ("delta", "ci_low", "ci_high", "problem_ci_low", "problem_ci_high"):
+                    r[k] = 100 * r[k]
+                out.append({"model": model, "loss": label, "column": c, **r})
     return pd.DataFrame(out)
+
+
+def _ci_cell(r, lo="ci_low", hi="ci_high") -> str:
+    if not np.isfinite(r[lo]):
+        return f"{r['delta']:+.1f} [n/a: {min(r['n_seeds'], r['n_seeds_baseline'])} seed]"
+    star = " *" if r.get("significant") and lo == "ci_low" else ""
+    return f"{r['delta']:+.1f} [{r[lo]:+.1f}, {r[hi]:+.1f}]{star}"
+
+
+HELDOUT_METRICS = {"digit_acc": ("held-out digit acc (%)", 100.0), "digit_nll": ("held-out digit NLL (nats)", 1.0),
+                   "digit_entropy": ("held-out digit entropy (nats)", 1.0), "ce": ("held-out token CE (nats)", 1.0)}
+
+
+def _heldout_cell(r) -> str:
+    f = ".1f" if HELDOUT_METRICS[r["metric"]][1] == 100.0 else ".3f"
+    if not np.isfinite(r["ci_low"]):
+        return f"{r['delta']:+{f}} [n/a: {min(r['n_seeds'], r['n_seeds_baseline'])} seed]"
+    return f"{r['delta']:+{f}} [{r['ci_low']:+{f}}, {r['ci_high']:+{f}}]" + (" *" if r["significant"] else "")
+
+
+def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000) -> tuple[str, pd.DataFrame]:
+    """Teacher-forced digit metrics on the held-out split (one value per trained model, from its
+    ``run.json``): mean ± std over seeds, and each loss minus ``baseline`` with a seed bootstrap."""
+    df = df.copy()
+    df["label"] = _row_label(df)
+    runs = df.drop_duplicates(["model", "label", "seed"])
+    runs = runs[runs["heldout"].map(bool)]
+    if runs.empty:
+        return "", pd.DataFrame()
+    keys = [k for k in HELDOUT_METRICS if any(k in h for h in runs["heldout"])]
+    rows, lines = [], []
+    head = "| model | loss | seeds | " + " | ".join(HELDOUT_METRICS[k][0] for k in keys) + " |"
+    lines += [head, "|---|---|---|" + "---|" * len(keys)]
+    order = sorted(set(zip(runs["model"], runs["label"], strict=True)),
+                   key=lambda ix: (ix[0], _loss_key(ix[1].split(" ")[0]), ix[1]))
+    vals = {}
+    for model, label in order:
+        sub = runs[(runs["model"] == model) & (runs["label"] == label)].sort_values("seed")
+        cells = []
+        for k in keys:
+            scale = HELDOUT_METRICS[k][1]
+            v = np.array([h.get(k, np.nan) for h in sub["heldout"]], dtype=float)
+            vals[(model, label, k)] = (list(sub["seed"].astype(int)), v)
+            cells.append(_fmt(float(np.nanmean(v)) * scale, float(np.nanstd(v, ddof=1)) * scale if len(v) > 1 else None,
+                              1 if scale == 100.0 else 3))
+        lines.append(f"| {model} | {label} | {len(sub)} | " + " | ".join(cells) + " |")
+    for model, label in order:
+        base = runs[(runs["model"] == model) & (runs["loss"] == baseline)]
+        if base.empty or label == base["label"].iloc[0]:
+            continue
+        for k in keys:
+            sa, a = vals[(model, label, k)]
+            sb, b = vals[(model, base["label"].iloc[0], k)]
+            d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot)
+            rows.append({"model": model, "loss": label, "metric": k, **d.as_dict()})
+    return "\n".join(lines), pd.DataFrame(rows)
 
 
 def header(command: str | None) -> str:
@@ -213,10 +279,34 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     if not boot.empty:
         boot.to_csv(out / "vs_mle.csv", index=False)
         b = boot.copy()
-        b["delta (95% CI)"] = b.apply(lambda r: f"{r['delta']:+.1f} [{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]", axis=1)
-        piv = b.pivot_table(index=["model", "loss"], columns="column", values="delta (95% CI)", aggfunc="first")
-        md += ["", "## Each loss minus MLE, accuracy points (paired bootstrap 95% CI over problems)", "",
-               piv.reset_index().to_markdown(index=False)]
+        b["cell"] = b.apply(_ci_cell, axis=1)
+        b["pcell"] = b.apply(lambda r: _ci_cell(r, "problem_ci_low", "problem_ci_high"), axis=1)
+        b["seeds"] = b.apply(lambda r: f"{r['n_seeds']} vs {r['n_seeds_baseline']}"
+                             + (" (paired)" if r["paired_seeds"] else ""), axis=1)
+        piv = b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="cell", aggfunc="first")
+        ppiv = b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="pcell", aggfunc="first")
+        md += ["", "## Each loss minus MLE, accuracy points (seed-aware 95% CI)", "",
+               "Hierarchical bootstrap: training seeds and problems both resampled (seeds paired when both "
+               "losses ran the same ones). `*` = significant: the interval excludes zero and each side has "
+               f">= {MIN_SEEDS_FOR_SIGNIFICANCE} seeds. With one seed the interval is undefined (n/a).", "",
+               piv.reset_index().to_markdown(index=False),
+               "", "### Secondary: problem-only 95% CI (seeds averaged first; ignores seed-to-seed variation)", "",
+               ppiv.reset_index().to_markdown(index=False)]
+    held_md, held = heldout_table(df, n_boot=n_boot)
+    if held_md:
+        md += ["", "## Held-out teacher-forced digit metrics (one value per trained model; mean ± std over seeds)",
+               "", held_md]
+        if not held.empty:
+            held.to_csv(out / "heldout_vs_mle.csv", index=False)
+            h = held.copy()
+            scale = h["metric"].map(lambda k: HELDOUT_METRICS[k][1])
+            for c in ("delta", "ci_low", "ci_high"):
+                h[c] = h[c] * scale
+            h["cell"] = h.apply(_heldout_cell, axis=1)
+            h["metric"] = h["metric"].map(lambda k: HELDOUT_METRICS[k][0])
+            hp = h.pivot_table(index=["model", "loss"], columns="metric", values="cell", aggfunc="first")
+            md += ["", "Each loss minus MLE (seed bootstrap 95% CI, paired by seed; `*` as above):", "",
+                   hp.reset_index().to_markdown(index=False)]
     text = "\n".join(md) + "\n"
     (out / "table1.md").write_text(text)
     summary = {"n_results": len(df), "protocol": df["protocol"].iloc[0], "columns": cols, "rows": [list(ix) for ix in mean.index],

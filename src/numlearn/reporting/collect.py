@@ -22,6 +22,20 @@ def _for_protocol(f: Path, protocol: str | None) -> tuple[Path, dict] | None:
     return (alt, json.loads(alt.read_text())) if alt.exists() else None
 
 
+def _heldout(run: dict) -> dict:
+    """The run's held-out teacher-forced digit metrics: copied into the result file by the
+    evaluator; for results written before that, read from the run's own ``run.json``."""
+    if run.get("heldout") is not None:
+        return run["heldout"] or {}
+    rj = Path(run["run_dir"]) / "run.json" if run.get("run_dir") else None
+    if rj is not None and rj.is_file():
+        try:
+            return json.loads(rj.read_text()).get("heldout") or {}
+        except (OSError, json.JSONDecodeError):
+            return {}
+    return {}
+
+
 class BadResultFile(ValueError):
     pass
 
@@ -62,6 +76,7 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             "digit_acc_int": m.get("digit_acc_int") or {}, "digit_acc_frac": m.get("digit_acc_frac") or {},
             "correct_by_id": r.get("correct_by_id") or {},
             "git": (r.get("git") or {}).get("commit"),
+            "heldout": _heldout(run),
         })
     if missing:
         raise FileNotFoundError(f"{len(missing)} result(s) have no {protocol} scoring (e.g. {missing[0]}); run "

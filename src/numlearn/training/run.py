@@ -71,7 +71,8 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
     n = float(tot.get("n", 0.0))
     nd = max(n, 1.0)
     return {"ce": ce_sum / max(n_tok, 1), "digit_acc": float(tot.get("correct", 0.0)) / nd,
-            "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "n_digits": int(n), "n_examples": len(feats),
+            "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "digit_nll": float(tot.get("nll", 0.0)) / nd,
+            "n_digits": int(n), "n_examples": len(feats),
             "mass_by_distance": (tot["mass_by_distance"] / nd).tolist() if n else [0.0] * 10,
             "entropies": torch.cat(ents).tolist() if ents else []}
 
@@ -81,7 +82,7 @@ def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_s
     if getattr(loss_fn, "vocab", None) is None:
         return {}
     m = teacher_forced_digits(model, tokenizer, records, loss_fn.vocab, max_length, batch_size)
-    return {k: m[k] for k in ("ce", "digit_acc", "digit_entropy", "n_digits", "n_examples")}
+    return {k: m[k] for k in ("ce", "digit_acc", "digit_nll", "digit_entropy", "n_digits", "n_examples")}
 
 
 @dataclass

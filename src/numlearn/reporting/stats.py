@@ -1,0 +1,131 @@
+"""Seed-aware intervals for "loss minus baseline" differences.
+
+A trained model is one draw from the training distribution (initialisation, data order), and the
+benchmark is one draw of problems. An interval that resamples problems only treats the seeds we
+happened to run as the whole population of models, so a loss whose runs differ by 20 points
+from seed to seed can look "significantly" better on one lucky seed. The hierarchical bootstrap
+here resamples both levels: seeds with replacement, then problems with replacement, and
+recomputes the difference of means each time.
+
+Paired designs: when both losses ran the same seeds, seed ``s`` of the loss and seed ``s`` of
+the baseline share the initialisation and the data order, so the seeds are resampled *together*
+(one draw of seed indices for both). Otherwise each side's seeds are resampled on their own.
+Problems are always paired (the same benchmark items).
+
+With fewer than two seeds on a side there is nothing to resample at the seed level: the
+seed-aware interval is undefined (NaN) and the difference is never called significant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: a "significant" difference needs the seed-aware interval to exclude zero *and* this many seeds
+#: on each side: with two seeds the percentile bootstrap has only three distinct seed draws.
+MIN_SEEDS_FOR_SIGNIFICANCE = 3
+
+
+@dataclass
+class Difference:
+    delta: float  # mean(loss) - mean(baseline), over seeds and problems
+    ci_low: float  # seed-aware (hierarchical) percentile interval
+    ci_high: float
+    problem_ci_low: float  # secondary: problems resampled, seeds averaged first
+    problem_ci_high: float
+    n_seeds: int  # seeds of the loss
+    n_seeds_baseline: int
+    n_problems: int
+    paired_seeds: bool
+    significant: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _counts(rng: np.random.Generator, k: int, n_boot: int) -> np.ndarray:
+    """``[n_boot, k]`` multinomial counts: how often each of ``k`` items is drawn in a resample."""
+    return rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot).astype(float)
+
+
+def _significant(lo: float, hi: float, k_a: int, k_b: int) -> bool:
+    return bool(min(k_a, k_b) >= MIN_SEEDS_FOR_SIGNIFICANCE and np.isfinite(lo) and (lo > 0 or hi < 0))
+
+
+def seed_problem_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
+                           level: float = 0.95) -> Difference:
+    """Difference of means between ``a`` and ``b``, each ``[n_seeds, n_problems]`` (rows: training
+    seeds, columns: the same problems in the same order; values: 0/1 correctness or any per-problem
+    score). ``seeds_a``/``seeds_b`` name the rows; identical seed lists make the design paired."""
+    return multi_column_bootstrap([a], [b], seeds_a, seeds_b, n_boot, seed, level)[0]
+
+
+def multi_column_bootstrap(cols_a, cols_b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
+                           level: float = 0.95) -> list[Difference]:
+    """Per-column differences and, when there is more than one column, their unweighted mean (the
+    mACC difference) as the last element. One seed draw per replicate is shared by all columns
+    (a seed is one trained model, evaluated on every column); problems are drawn per column."""
+    cols_a = [np.asarray(x, dtype=float) for x in cols_a]
+    cols_b = [np.asarray(x, dtype=float) for x in cols_b]
+    k_a, k_b = cols_a[0].shape[0], cols_b[0].shape[0]
+    for x, y in zip(cols_a, cols_b, strict=True):
+        if x.ndim != 2 or y.ndim != 2 or x.shape[0] != k_a or y.shape[0] != k_b or x.shape[1] != y.shape[1]:
+            raise ValueError(f"expected [seeds, problems] arrays with the same problems: {x.shape} vs {y.shape}")
+    seeds_a = list(range(k_a)) if seeds_a is None else list(seeds_a)
+    seeds_b = list(range(k_b)) if seeds_b is None else list(seeds_b)
+    paired = seeds_a == seeds_b
+    rng = np.random.default_rng(seed)
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    seedable = min(k_a, k_b) >= 2
+    w_a = _counts(rng, k_a, n_boot) if seedable else None
+    w_b = (w_a if paired else _counts(rng, k_b, n_boot)) if seedable else None
+    out, boots, pboots, points, n_total = [], [], [], [], 0
+    for x, y in zip(cols_a, cols_b, strict=True):
+        n = x.shape[1]
+        n_total += n
+        v = _counts(rng, n, n_boot)  # [n_boot, n] problem counts, shared by both sides (paired problems)
+        point = float(x.mean() - y.mean())
+        # problem-only: seeds averaged first, then problems resampled
+        pb = (v * (x.mean(0) - y.mean(0))).sum(1) / n
+        if seedable:
+            boot = ((w_a @ x) * v).sum(1) / (k_a * n) - ((w_b @ y) * v).sum(1) / (k_b * n)
+        else:
+            boot = np.full(n_boot, np.nan)
+        boots.append(boot)
+        pboots.append(pb)
+        points.append(point)
+        out.append(_difference(point, boot, pb, q, k_a, k_b, n, paired, seedable))
+    if len(cols_a) > 1:
+        out.append(_difference(float(np.mean(points)), np.mean(boots, 0), np.mean(pboots, 0), q, k_a, k_b,
+                               n_total, paired, seedable))
+    return out
+
+
+def _difference(point, boot, pboot, q, k_a, k_b, n, paired, seedable) -> Difference:
+    lo, hi = np.percentile(boot, q) if seedable else (float("nan"), float("nan"))
+    plo, phi = np.percentile(pboot, q)
+    return Difference(point, float(lo), float(hi), float(plo), float(phi), k_a, k_b, n, paired,
+                      _significant(float(lo), float(hi), k_a, k_b))
+
+
+def seed_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> Difference:
+    """Difference of means of per-seed scalars (e.g. held-out digit accuracy, one number per trained
+    model): seeds resampled (paired when the seed lists match). The problem-level columns are NaN."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    seeds_a = list(range(len(a))) if seeds_a is None else list(seeds_a)
+    seeds_b = list(range(len(b))) if seeds_b is None else list(seeds_b)
+    paired = seeds_a == seeds_b
+    point = float(a.mean() - b.mean())
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    if min(len(a), len(b)) < 2:
+        lo = hi = float("nan")
+    else:
+        rng = np.random.default_rng(seed)
+        w_a = _counts(rng, len(a), n_boot)
+        w_b = w_a if paired else _counts(rng, len(b), n_boot)
+        boot = w_a @ a / len(a) - w_b @ b / len(b)
+        lo, hi = (float(v) for v in np.percentile(boot, q))
+    return Difference(point, lo, hi, float("nan"), float("nan"), len(a), len(b), 0, paired,
+                      _significant(lo, hi, len(a), len(b)))

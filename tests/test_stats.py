@@ -1,0 +1,125 @@
+"""Seed-aware intervals (numlearn.reporting.stats): hand-made designs where the answer is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from numlearn.reporting.aggregate import aggregate
+from numlearn.reporting.stats import multi_column_bootstrap, seed_bootstrap, seed_problem_bootstrap
+
+
+def _runs(rng, accs, n=200):
+    """[len(accs), n] 0/1 matrix: seed i answers a fixed random subset of size accs[i]*n."""
+    out = np.zeros((len(accs), n))
+    for i, a in enumerate(accs):
+        out[i, rng.permutation(n)[: int(round(a * n))]] = 1
+    return out
+
+
+def test_seed_noise_makes_the_interval_wide_and_not_significant():
+    rng = np.random.default_rng(0)
+    a = _runs(rng, [0.95, 0.35] * 4)  # a loss whose runs swing by 60 points from seed to seed, mean 0.65
+    b = _runs(rng, [0.55] * 8)
+    d = seed_problem_bootstrap(a, b, n_boot=4000, seed=1)
+    assert d.delta == pytest.approx(0.10)
+    # problems only: 8 runs averaged per problem look precise and "exclude zero"
+    assert d.problem_ci_low > 0
+    # seeds and problems: the seed-to-seed swing dominates (sd of an 8-seed mean ~ 0.3/sqrt(8))
+    assert d.ci_low < 0 < d.ci_high and not d.significant
+    assert (d.ci_high - d.ci_low) > 2.5 * (d.problem_ci_high - d.problem_ci_low)
+
+
+def test_a_consistent_difference_is_significant():
+    rng = np.random.default_rng(0)
+    a = _runs(rng, [0.80, 0.78, 0.82, 0.79, 0.81, 0.80, 0.77, 0.83])
+    b = _runs(rng, [0.50, 0.52, 0.48, 0.51, 0.49, 0.50, 0.53, 0.47])
+    d = seed_problem_bootstrap(a, b, n_boot=2000)
+    assert d.delta == pytest.approx(0.30, abs=1e-9)
+    assert d.ci_low > 0.15 and d.significant and d.paired_seeds and d.n_seeds == 8
+
+
+def test_constant_difference_gives_a_point_interval():
+    a, b = np.ones((4, 10)), np.zeros((4, 10))
+    d = seed_problem_bootstrap(a, b, n_boot=100)
+    assert (d.delta, d.ci_low, d.ci_high, d.problem_ci_low, d.problem_ci_high) == (1.0, 1.0, 1.0, 1.0, 1.0)
+
+
+def test_too_few_seeds_is_never_significant():
+    one = seed_problem_bootstrap(np.ones((1, 50)), np.zeros((1, 50)))
+    assert np.isnan(one.ci_low) and np.isnan(one.ci_high) and not one.significant
+    assert one.problem_ci_low == 1.0  # the secondary interval still exists
+    two = seed_problem_bootstrap(np.ones((2, 50)), np.zeros((2, 50)))
+    assert two.ci_low == 1.0 and not two.significant  # the interval excludes 0, but 2 seeds are too few
+
+
+def test_pairing_by_seed_removes_shared_seed_effects():
+    rng = np.random.default_rng(3)
+    offsets = [0.2, -0.2, 0.1, -0.1, 0.25, -0.25]  # seed s is good or bad for both losses alike
+    a = _runs(rng, [0.6 + o for o in offsets])
+    b = _runs(rng, [0.5 + o for o in offsets])
+    paired = seed_problem_bootstrap(a, b, seeds_a=range(6), seeds_b=range(6), n_boot=3000)
+    unpaired = seed_problem_bootstrap(a, b, seeds_a=range(6), seeds_b=range(10, 16), n_boot=3000)
+    assert paired.paired_seeds and not unpaired.paired_seeds
+    assert paired.delta == unpaired.delta
+    assert (paired.ci_high - paired.ci_low) < 0.6 * (unpaired.ci_high - unpaired.ci_low)
+    assert paired.significant and not unpaired.significant
+
+
+def test_macc_difference_is_the_mean_of_the_columns():
+    rng = np.random.default_rng(0)
+    cols_a = [_runs(rng, [0.7] * 3, 40), _runs(rng, [0.2] * 3, 60)]
+    cols_b = [_runs(rng, [0.5] * 3, 40), _runs(rng, [0.3] * 3, 60)]
+    d1, d2, dm = multi_column_bootstrap(cols_a, cols_b, n_boot=500)
+    assert d1.delta == pytest.approx(0.2) and d2.delta == pytest.approx(-0.1)
+    assert dm.delta == pytest.approx(0.05) and dm.n_problems == 100
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="same problems"):
+        seed_problem_bootstrap(np.ones((3, 10)), np.ones((3, 11)))
+
+
+def test_seed_bootstrap_of_per_run_scalars():
+    d = seed_bootstrap([0.62, 0.64, 0.63, 0.65], [0.60, 0.61, 0.62, 0.61], n_boot=2000)
+    assert d.delta == pytest.approx(0.025) and d.ci_low > 0 and d.significant
+    noisy = seed_bootstrap([0.9, 0.3, 0.9, 0.3], [0.55, 0.56, 0.54, 0.55])
+    assert noisy.ci_low < 0 < noisy.ci_high and not noisy.significant
+
+
+def _write(root: Path, loss, seed, correct, heldout=None):
+    d = root / "tiny" / loss / f"seed={seed}" / "eval" / "b" / "cot"
+    d.mkdir(parents=True, exist_ok=True)
+    run = {"experiment": "t", "model": "tiny", "loss": loss, "alpha": 1.0, "seed": seed, "heldout": heldout}
+    (d / "result.json").write_text(json.dumps({
+        "run": run, "benchmark": {"name": "b", "kind": "number"}, "mode": "cot",
+        "metrics": {"accuracy": float(np.mean(correct)), "n": len(correct), "numerical_distance": None,
+                    "digit_acc_int": {}, "digit_acc_frac": {}},
+        "correct_by_id": {str(i): int(c) for i, c in enumerate(correct)}}))
+
+
+def test_table_reports_seed_noise_as_no_difference(tmp_path):
+    """Hand-made result files where a problem-only interval would call DEL better: the table's primary
+    interval spans zero, carries no `*`, and the problem-only one is shown as secondary."""
+    rng = np.random.default_rng(0)
+    a, b = _runs(rng, [0.95, 0.35] * 4), _runs(rng, [0.55] * 8)
+    for s in range(8):
+        _write(tmp_path / "r", "del", s, a[s], {"digit_acc": [0.9, 0.3][s % 2], "digit_nll": 1.0})
+        _write(tmp_path / "r", "mle", s, b[s], {"digit_acc": 0.55 + 0.001 * s, "digit_nll": 1.2})
+    res = aggregate([tmp_path / "r"], tmp_path / "out", command="pytest", reference=False, n_boot=2000)
+    row = res["bootstrap"].set_index("column").loc["b (cot)"]
+    assert row["delta"] == pytest.approx(10.0) and row["ci_low"] < 0 < row["ci_high"] and not row["significant"]
+    assert row["problem_ci_low"] > 0
+    md = (tmp_path / "out" / "table1.md").read_text()
+    cells = [[c.strip() for c in ln.split("|")[1:-1]] for ln in md.splitlines() if ln.startswith("|")]
+    line = " | ".join(next(c for c in cells if c[:3] == ["tiny", "del", "8 vs 8 (paired)"]))
+    assert "+10.0 [" in line and "*" not in line
+    assert "problem-only 95% CI" in md
+    held = (tmp_path / "out" / "heldout_vs_mle.csv").read_text()
+    assert "digit_acc" in held and "digit_nll" in held
+    hl = " | ".join(next(c for c in cells if c[:2] == ["tiny", "del"] and "-0.200" in " ".join(c)))
+    assert "-0.200 [-0.200, -0.200] *" in hl  # NLL 1.0 vs 1.2 on every seed: a point interval, significant
+    assert "+4.6 [" in hl  # digit acc in points: 60.0 - 55.35
