@@ -256,3 +256,36 @@ def test_an_interpreter_under_the_hosts_tmp_still_runs(tmp_path):
     venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
     r = run_program("import sys\nprint(sys.prefix)", python=str(root / "bin" / "python"))
     assert r.ok and r.stdout.strip() == str(root), r
+
+
+# ---------------------------------------------------------------- several sandboxes at once
+def test_concurrent_programs_keep_their_own_results_and_limits():
+    """Eight programs in flight: a sleeper times out and a fork bomb hits its pids limit without
+    touching the neighbours, and every other program prints its own answer."""
+    from numlearn.evaluation.runner import ProgramExecutor
+
+    codes = [f"print({i} * 7)" for i in range(12)]
+    codes[3] = "import time\ntime.sleep(30)"
+    codes[7] = BYPASS + "import os\nwhile True:\n    os.fork()"
+    with ProgramExecutor(timeout_s=3.0, workers=8) as ex:
+        assert ex.workers == 8
+        runs = ex.run(codes)
+    for i, r in enumerate(runs):
+        if i == 3:
+            assert not r["ok"] and "timed out" in r["error"]
+        elif i == 7:
+            assert not r["ok"]
+        else:
+            assert r["ok"] and r["output"].strip() == str(i * 7), (i, r)
+
+
+def test_the_launcher_fails_closed(tmp_path):
+    """Limits that cannot be applied mean the program never runs (exit 96 before exec)."""
+    launcher = Path(__import__("numlearn.evaluation.sandbox", fromlist=["_LAUNCHER"])._LAUNCHER)
+    marker = tmp_path / "ran"
+    argv = [sys.executable, "-I", "-S", str(launcher), '{"cpu": 5, "mem": 1073741824, "fsize": 65536}',
+            str(tmp_path / "no-such-cgroup"), "--", "/usr/bin/touch", str(marker)]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    assert r.returncode == 96 and "sandbox launcher" in r.stderr and not marker.exists()
+    ok = subprocess.run(argv[:5] + ["", "--", "/usr/bin/touch", str(marker)])
+    assert ok.returncode == 0 and marker.exists()

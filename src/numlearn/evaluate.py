@@ -89,6 +89,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 symbolic_math=bool(ecfg.get("symbolic_math", False)),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol, allow_unsafe_exec=allow_unsafe,
                 generation_key=generation_key(model_key, sampling),
+                program_workers=int(ecfg.get("program_workers") or os.cpu_count() or 1),
             )
             wanted = {p.id for p in problems}
             recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]

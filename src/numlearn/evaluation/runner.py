@@ -79,15 +79,62 @@ def _run(code: str, timeout_s: float, allow_unsafe: bool) -> dict:
     return {"output": r.stdout, "ok": r.ok, "error": r.error or None}
 
 
+class ProgramExecutor:
+    """Runs a batch of generated programs, each in its own sandbox, ``workers`` at a time.
+
+    A sandboxed program spends most of its time starting namespaces and an interpreter, not
+    computing, so several in flight keep the cores busy (``make bench-tiny``). Each worker thread
+    waits on one sandbox at a time; the sandbox is started without Python code between fork and
+    exec (``_limited_exec.py``), so starting them from threads is safe. Only OS-isolated
+    programs run concurrently: the
+    unsafe process fallback cleans up after a timeout by killing every process of the sandbox
+    uid, which would take the neighbours with it, so there ``workers`` is 1.
+    """
+
+    def __init__(self, timeout_s: float, allow_unsafe: bool = False, workers: int = 1):
+        from .sandbox import isolation_status
+
+        self.timeout_s, self.allow_unsafe = timeout_s, allow_unsafe
+        self.workers = max(1, int(workers)) if isolation_status()[0] else 1
+        self._pool = None
+
+    def run(self, codes: list[str]) -> list[dict]:
+        if self.workers == 1 or len(codes) < 2:
+            return [_run(c, self.timeout_s, self.allow_unsafe) for c in codes]
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="numlearn-program")
+        n = len(codes)
+        return list(self._pool.map(_run, codes, [self.timeout_s] * n, [self.allow_unsafe] * n))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_attempts(kind: str, prompts: list[str], completions: list[str], programs: ProgramExecutor) -> list[dict]:
+    """One attempt per generation and, for each that wrote a program, its two runs: ``strict``
+    (as written) and ``official`` (wrapped as the official executor runs it)."""
+    atts = [{"kind": kind, "prompt": p, "completion": c, "program": None} for p, c in zip(prompts, completions)]
+    codes = [(i, _program_of(a["completion"])) for i, a in enumerate(atts)]
+    codes = [(i, c) for i, c in codes if c is not None]
+    runs = programs.run([c for _, c in codes] + [official.wrap_program(c) for _, c in codes])
+    for j, (i, _) in enumerate(codes):
+        atts[i]["program"] = {"strict": runs[j], "official": runs[len(codes) + j]}
+    return atts
+
+
 def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float, allow_unsafe: bool = False) -> dict:
-    """One generation and, if it wrote a program, its two runs: ``strict`` (as written) and
-    ``official`` (wrapped as the official executor runs it)."""
-    att = {"kind": kind, "prompt": prompt, "completion": completion, "program": None}
-    code = _program_of(completion)
-    if code is not None:
-        att["program"] = {"strict": _run(code, timeout_s, allow_unsafe),
-                          "official": _run(official.wrap_program(code), timeout_s, allow_unsafe)}
-    return att
+    """``make_attempts`` for one generation, its programs run here, one after the other."""
+    return make_attempts(kind, [prompt], [completion], ProgramExecutor(timeout_s, allow_unsafe))[0]
 
 
 def _strict_pred(benchmark: BenchmarkSpec, att: dict, requested: str, force_choice_letter: bool) -> str:
@@ -157,8 +204,10 @@ class _Progress:
 def evaluate_problems(problems: list[Problem], backend, benchmark: str | BenchmarkSpec, mode: str,
                       sampling: SamplingConfig, out_path: str | Path, pot_timeout_s: float = 5.0,
                       force_choice_letter: bool = False, symbolic_math: bool = False, chunk_size: int = 64,
-                      protocol: str = "strict", allow_unsafe_exec: bool = False, generation_key: str = "") -> dict:
-    """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}."""
+                      protocol: str = "strict", allow_unsafe_exec: bool = False, generation_key: str = "",
+                      program_workers: int = 1) -> dict:
+    """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}.
+    ``program_workers``: generated programs run that many at a time (``ProgramExecutor``)."""
     benchmark = as_spec(benchmark)
     if mode not in MODES:
         raise ValueError(f"unknown eval mode {mode!r}; choose one of {MODES}")
@@ -190,19 +239,29 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
     bar = _Progress(len(todo), f"{benchmark.name}/{mode}")
     t0 = time.time()
     n_backups = 0
+    with ProgramExecutor(pot_timeout_s, allow_unsafe_exec, program_workers) as programs:
+        n_backups = _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark,
+                                      expected, programs, out_path, protocol, force_choice_letter, symbolic_math, bar)
+    bar.close()
+    return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
+            "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2)}
+
+
+def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark, expected,
+                      programs, out_path, protocol, force_choice_letter, symbolic_math, bar) -> int:
+    n_backups = 0
     for s in range(0, len(todo), chunk_size):
         batch = todo[s : s + chunk_size]
         prompts = [first_prompt(p) for p in batch]
-        first = [make_attempt("pot" if use_pot else "cot", pr, c, pot_timeout_s, allow_unsafe_exec)
-                 for pr, c in zip(prompts, backend.generate(prompts, sampling))]
+        first = make_attempts("pot" if use_pot else "cot", prompts, backend.generate(prompts, sampling), programs)
         rows = [{"id": p.id, "fingerprint": expected[p.id], "gt_raw": p.raw_answer, "requested_mode": mode,
                  "attempts": [a]} for p, a in zip(batch, first)]
         if mode == "paper" and use_pot:
             redo = [i for i, a in enumerate(first) if "" in first_attempt_preds(benchmark, a, mode).values()]
             if redo:
                 prompts = [format_prompt(batch[i].question) for i in redo]
-                for i, pr, c in zip(redo, prompts, backend.generate(prompts, sampling)):
-                    rows[i]["attempts"].append(make_attempt("cot", pr, c, pot_timeout_s, allow_unsafe_exec))
+                for i, att in zip(redo, make_attempts("cot", prompts, backend.generate(prompts, sampling), programs)):
+                    rows[i]["attempts"].append(att)
                 n_backups += len(redo)
         with open(out_path, "a", encoding="utf-8") as f:
             for r in rows:
@@ -212,9 +271,7 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")  # one write per line
                 f.flush()
         bar.update(len(batch))
-    bar.close()
-    return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
-            "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2)}
+    return n_backups
 
 
 def rescore(records: list[dict], benchmark: str | BenchmarkSpec, protocol: str,

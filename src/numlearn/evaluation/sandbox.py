@@ -33,6 +33,7 @@ every failure becomes ``ProgramResult(ok=False, error=...)``.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import resource
 import shutil
@@ -43,6 +44,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import count
 
 CLONE_NEWNET = 0x40000000
 # An otherwise unused uid/gid for sandboxed programs when running as root (fallback only).
@@ -153,6 +155,10 @@ def _pids_cgroup_root() -> str | None:
     return None
 
 
+_GROUP_IDS = count()  # unique cgroup names when several threads start sandboxes
+_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_limited_exec.py")
+
+
 class _PidsLimit:
     """Namespaced processes map to the evaluator's uid, which RLIMIT_NPROC exempts when it is root,
     so a fork bomb is bounded by a pids cgroup instead -- where one can be created."""
@@ -161,7 +167,7 @@ class _PidsLimit:
         root = _pids_cgroup_root()
         self.path = None
         if root is not None:
-            path = os.path.join(root, f"numlearn-sandbox-{os.getpid()}-{time.monotonic_ns()}")
+            path = os.path.join(root, f"numlearn-sandbox-{os.getpid()}-{next(_GROUP_IDS)}-{time.monotonic_ns()}")
             try:
                 os.mkdir(path)
                 with open(os.path.join(path, "pids.max"), "w") as f:
@@ -281,6 +287,8 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
         res.error = f"timed out after {timeout_s:g}s"
     elif rc == 97:
         res.error = "sandbox: could not isolate the network"
+    elif rc == 96:
+        res.error = "sandbox: could not apply the resource limits (" + (err.strip().splitlines() or ["?"])[-1][-200:] + ")"
     elif rc != 0:
         if rc is not None and rc < 0:
             sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
@@ -360,9 +368,12 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
                 try:
                     # bwrap gets no environment of ours: inside, it is pid 1, and its environ is
                     # readable there (the evaluator's secrets would be); the program's is --setenv.
-                    proc = subprocess.Popen(_bwrap_argv(tmp, python or sys.executable), cwd=tmp,
-                                            env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL, stdout=fo,
-                                            stderr=fe, preexec_fn=_limits_preexec(limits, pids), close_fds=True)
+                    # no preexec_fn (unsafe in a threaded parent): a launcher interpreter joins the
+                    # pids cgroup, sets the rlimits and execs bwrap; the new session is set by C code.
+                    argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(limits), pids.path or "", "--",
+                            *_bwrap_argv(tmp, python or sys.executable)]
+                    proc = subprocess.Popen(argv, cwd=tmp, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                                            stdout=fo, stderr=fe, start_new_session=True, close_fds=True)
                 except (OSError, subprocess.SubprocessError) as e:
                     return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
                 rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
