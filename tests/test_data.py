@@ -23,9 +23,12 @@ def test_same_seed_is_byte_identical(tmp_path):
 
 def test_splits_are_disjoint_and_ood_has_longer_numbers():
     train = synthetic.generate("train", 5000)
+    val = synthetic.generate("val", 300)
     test = synthetic.generate("test", 300)
     ood = synthetic.generate("test_ood", 300)
     assert not {p.key for p in train} & {p.key for p in test}
+    assert not {p.key for p in train} & {p.key for p in val}
+    assert not {p.key for p in val} & {p.key for p in test}
     assert not {p.key for p in train} & {p.key for p in ood}
     assert len({p.key for p in train}) == len(train)
     longest = lambda ps: max(len(n) for p in ps for n in re.findall(r"\d+", p.question))  # noqa: E731
@@ -42,6 +45,38 @@ def test_problems_cover_what_the_losses_are_about():
     assert len(lengths) >= 2
     for p in ps:
         assert p.cot.endswith(f"The answer is {p.answer}.")
+
+
+def test_column_arithmetic_by_hand():
+    assert synthetic.column_add("47", "35") == (["7 + 5 = 12", "4 + 3 + 1 = 8"], "82")
+    assert synthetic.column_add("99", "5") == (["9 + 5 = 14", "9 + 0 + 1 = 10"], "104")
+    assert synthetic.column_add("2.45", "3.70") == (["5 + 0 = 5", "4 + 7 = 11", "2 + 3 + 1 = 6"], "6.15")
+    # a borrowed-from digit is written already reduced: 8 -> 7 after 3 borrowed
+    assert synthetic.column_sub("83", "47") == (["13 - 7 = 6", "7 - 4 = 3"], "36")
+    assert synthetic.column_sub("20.00", "13.47") == (["10 - 7 = 3", "9 - 4 = 5", "9 - 3 = 6", "1 - 1 = 0"], "6.53")
+    assert synthetic.column_mul(6, "47") == (["6 * 7 = 42", "6 * 4 + 4 = 28"], "282")
+    assert synthetic.worked("47", "+", "35", "82") == "47 + 35: 7 + 5 = 12, 4 + 3 + 1 = 8, so 47 + 35 = 82."
+    with pytest.raises(AssertionError, match="expected 83"):
+        synthetic.worked("47", "+", "35", "83")
+    with pytest.raises(ValueError, match="x >= y"):
+        synthetic.column_sub("12", "47")
+
+
+def test_column_arithmetic_agrees_with_decimal_everywhere():
+    import random
+    from decimal import Decimal
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        x = Decimal(rng.randint(0, 99999)) / 10 ** rng.randint(0, 3)
+        y = Decimal(rng.randint(0, 99999)) / 10 ** rng.randint(0, 3)
+        x, y = max(x, y), min(x, y)
+        f = max(-x.as_tuple().exponent, -y.as_tuple().exponent)
+        q = Decimal(1).scaleb(-f)
+        assert synthetic.column_add(str(x), str(y))[1] == str((x + y).quantize(q))
+        assert synthetic.column_sub(str(x), str(y))[1] == str((x - y).quantize(q))
+        k, n = rng.randint(2, 9), rng.randint(0, 9999)
+        assert synthetic.column_mul(k, str(n))[1] == str(k * n)
 
 
 @pytest.mark.parametrize("split", ["test", "test_ood"])

@@ -123,3 +123,38 @@ def test_table_reports_seed_noise_as_no_difference(tmp_path):
     hl = " | ".join(next(c for c in cells if c[:2] == ["tiny", "del"] and "-0.200" in " ".join(c)))
     assert "-0.200 [-0.200, -0.200] *" in hl  # NLL 1.0 vs 1.2 on every seed: a point interval, significant
     assert "+4.6 [" in hl  # digit acc in points: 60.0 - 55.35
+
+
+def _write_val(root: Path, loss, alpha, seed, acc, bench="synthetic_val", n=100):
+    d = root / loss / f"alpha={alpha}" / f"seed={seed}" / "eval" / bench / "cot"
+    d.mkdir(parents=True, exist_ok=True)
+    correct = [1] * int(round(acc * n)) + [0] * (n - int(round(acc * n)))
+    (d / "result.json").write_text(json.dumps({
+        "run": {"experiment": "t", "model": "tiny", "loss": loss, "alpha": alpha, "seed": seed},
+        "benchmark": {"name": bench, "kind": "number"}, "mode": "cot",
+        "metrics": {"accuracy": acc, "n": n, "numerical_distance": 0.5, "digit_acc_int": {}, "digit_acc_frac": {}},
+        "correct_by_id": {str(i): c for i, c in enumerate(correct)}}))
+
+
+def test_sweep_chooses_on_validation_with_seed_intervals(tmp_path):
+    from numlearn.reporting.sweep import main
+
+    accs = {0.1: [0.30, 0.32, 0.31], 1.28: [0.50, 0.20, 0.44], 2.56: [0.40, 0.40, 0.40]}
+    for a, per_seed in accs.items():
+        for s, v in enumerate(per_seed):
+            _write_val(tmp_path / "r", "del", a, s, v)
+            _write_val(tmp_path / "r", "del", a, s, 0.9, bench="synthetic_test")  # must not decide anything
+    for s, v in enumerate([0.35, 0.36, 0.34]):
+        _write_val(tmp_path / "r", "mle", 0.0, s, v)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_val (cot)"]) == 0
+    chosen = json.loads((out / "selected.json").read_text())["del"]
+    assert chosen["alpha"] == 2.56 and chosen["seeds"] == 3  # 40.0 mean beats 38.0 (1.28) and 31.0 (0.1)
+    t = __import__("pandas").read_csv(out / "sweep.csv")
+    row = t[(t["alpha"] == 1.28) & (t["column"] == "synthetic_val (cot)")].iloc[0]
+    assert row["acc"] == pytest.approx(38.0) and row["acc_ci_low"] < 30 and row["acc_ci_high"] > 45
+    flat = t[(t["alpha"] == 2.56) & (t["column"] == "synthetic_val (cot)")].iloc[0]
+    assert flat["acc_ci_low"] == pytest.approx(40.0) and flat["acc_ci_high"] == pytest.approx(40.0)
+    assert (out / "sweep.png").stat().st_size > 0
+    # choosing on a test split is refused
+    assert main([str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_test (cot)"]) == 2

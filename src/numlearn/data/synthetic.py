@@ -3,12 +3,13 @@
 The embedded default data set: it runs everywhere (no download) and exercises what the numeric
 losses are about -- integers of several lengths, decimals, money and units, and multi-step chains
 whose intermediate results are written out. Each problem has a chain-of-thought (CoT) solution
-ending in "The answer is N." and a program-of-thought (PoT) solution that prints the answer.
+that works every operation out column by column (``worked``) and ends in "The answer is N.", and a
+program-of-thought (PoT) solution that prints the answer.
 
 Splits are disjoint by construction: a problem's *key* (template and numbers, not the filler
 words) is hashed, and the hash decides which split may hold it (``test`` keys never appear in
-``train``). ``test_ood`` uses operands with more digits than any training problem. The same seed
-always gives byte-identical files.
+``train``; nor do ``val`` keys, the split loss weights are chosen on). ``test_ood`` uses operands
+with more digits than any training problem. The same seed always gives byte-identical files.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-SPLITS = ("train", "test", "test_ood")
-# Percentage of the in-distribution key space reserved for the test split.
+SPLITS = ("train", "val", "test", "test_ood")
+# Percentages of the in-distribution key space reserved for the test split (buckets 0-9) and the
+# validation split (10-19) on which loss weights are chosen; training draws from the rest.
 TEST_BUCKETS = 10
+VAL_BUCKETS = 10
 
 NAMES = ["Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ivy", "Jon", "Kim", "Leo", "Mia", "Nora",
          "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic", "Wes", "Zoe"]
@@ -83,12 +86,90 @@ def _m(x: Decimal) -> str:
     return format(x.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP), "f")
 
 
+# Column arithmetic written out (the scratchpad): one single-digit step per position, least
+# significant first, with the carry or borrow made explicit -- the intermediate digits a small model
+# can learn in a few minutes, and the digits the numeric losses act on. A shorter operand is padded
+# with 0s; decimals are aligned on the point.
+def _aligned(x: str, y: str) -> tuple[list[int], list[int], int]:
+    """Digits of ``x`` and ``y`` least significant first, padded to one length, and the number of
+    fractional digits."""
+    xi, _, xf = x.partition(".")
+    yi, _, yf = y.partition(".")
+    f = max(len(xf), len(yf))
+    xf, yf = xf.ljust(f, "0"), yf.ljust(f, "0")
+    n = max(len(xi), len(yi))
+    xs, ys = (xi.rjust(n, "0") + xf)[::-1], (yi.rjust(n, "0") + yf)[::-1]
+    return [int(c) for c in xs], [int(c) for c in ys], f
+
+
+def _compose(out: list[int], f: int) -> str:
+    """Result digits (least significant first) with ``f`` fractional digits -> "12.05"."""
+    s = "".join(str(d) for d in reversed(out))
+    whole, frac = s[: len(s) - f] if f else s, s[len(s) - f :] if f else ""
+    whole = whole.lstrip("0") or "0"
+    return f"{whole}.{frac}" if f else whole
+
+
+def column_add(x: str, y: str) -> tuple[list[str], str]:
+    a, b, f = _aligned(x, y)
+    steps, out, carry = [], [], 0
+    for da, db in zip(a, b):
+        s = da + db + carry
+        steps.append(f"{da} + {db}{' + 1' if carry else ''} = {s}")
+        out.append(s % 10)
+        carry = s // 10
+    if carry:
+        out.append(carry)
+    return steps, _compose(out, f)
+
+
+def column_sub(x: str, y: str) -> tuple[list[str], str]:
+    """``x - y`` for x >= y: a borrowed-from digit is written already reduced by the borrow."""
+    a, b, f = _aligned(x, y)
+    steps, out, borrow = [], [], 0
+    for da, db in zip(a, b):
+        top = da - borrow
+        borrow = int(top < db)
+        top += 10 * borrow
+        steps.append(f"{top} - {db} = {top - db}")
+        out.append(top - db)
+    if borrow:
+        raise ValueError(f"column_sub needs x >= y: {x} - {y}")
+    return steps, _compose(out, f)
+
+
+def column_mul(k: int, x: str) -> tuple[list[str], str]:
+    """single digit ``k`` times the integer ``x``."""
+    steps, out, carry = [], [], 0
+    for d in (int(c) for c in reversed(x)):
+        p = k * d + carry
+        steps.append(f"{k} * {d}{f' + {carry}' if carry else ''} = {p}")
+        out.append(p % 10)
+        carry = p // 10
+    while carry:
+        out.append(carry % 10)
+        carry //= 10
+    return steps, _compose(out, 0)
+
+
+_COLUMN = {"+": column_add, "-": column_sub}
+
+
+def worked(x: str, op: str, y: str, expect: str) -> str:
+    """One written-out operation: "47 + 35: 7 + 5 = 12, 4 + 3 + 1 = 8, so 47 + 35 = 82." The result is
+    checked against ``expect`` (computed independently with Decimal)."""
+    steps, r = column_mul(int(x), y) if op == "*" else _COLUMN[op](x, y)
+    if r != expect:
+        raise AssertionError(f"column arithmetic {x} {op} {y} gave {r}, expected {expect}")
+    return f"{x} {op} {y}: {', '.join(steps)}, so {x} {op} {y} = {r}."
+
+
 # Each template: rng, difficulty -> (key numbers, question, cot, pot, answer)
 def t_total(rng, d):
     a, b = _int(rng, d.int_digits), _int(rng, d.int_digits)
     name, (unit, verb) = rng.choice(NAMES), rng.choice(UNITS)
     q = f"{name} {verb} {a} {unit} on Monday and {b} {unit} on Tuesday. How many {unit} is that in total?"
-    cot = f"{a} + {b} = {a + b}. The answer is {a + b}."
+    cot = f"{worked(str(a), '+', str(b), str(a + b))} The answer is {a + b}."
     pot = f"monday = {a}\ntuesday = {b}\nprint(monday + tuesday)"
     return (a, b), q, cot, pot, fmt_num(a + b)
 
@@ -100,7 +181,7 @@ def t_chain(rng, d):
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     x, y = a - b, a - b + c
     q = f"{name} has {a} {item}. {name} gives away {b} and then gets {c} more. How many {item} does {name} have now?"
-    cot = f"{a} - {b} = {x}. {x} + {c} = {y}. The answer is {y}."
+    cot = f"{worked(str(a), '-', str(b), str(x))} {worked(str(x), '+', str(c), str(y))} The answer is {y}."
     pot = f"start = {a}\ngiven = {b}\nextra = {c}\nprint(start - given + extra)"
     return (a, b, c), q, cot, pot, fmt_num(y)
 
@@ -109,7 +190,7 @@ def t_groups(rng, d):
     a, b = rng.randint(2, d.mult_max), _int(rng, d.int_digits)
     name, item, box = rng.choice(NAMES), rng.choice(ITEMS), rng.choice(CONTAINERS)
     q = f"{name} has {a} {box} with {b} {item} in each. How many {item} are there?"
-    cot = f"{a} * {b} = {a * b}. The answer is {a * b}."
+    cot = f"{worked(str(a), '*', str(b), str(a * b))} The answer is {a * b}."
     pot = f"groups = {a}\neach = {b}\nprint(groups * each)"
     return (a, b), q, cot, pot, fmt_num(a * b)
 
@@ -119,7 +200,7 @@ def t_price(rng, d):
     g1, g2 = rng.sample(GOODS, 2)
     s = a + b
     q = f"A {g1} costs ${_m(a)} and a {g2} costs ${_m(b)}. How much do they cost together in dollars?"
-    cot = f"{_m(a)} + {_m(b)} = {_m(s)}. The answer is {fmt_num(s)}."
+    cot = f"{worked(_m(a), '+', _m(b), _m(s))} The answer is {fmt_num(s)}."
     pot = f"first = {_m(a)}\nsecond = {_m(b)}\nprint(round(first + second, 2))"
     return (a, b), q, cot, pot, fmt_num(s)
 
@@ -130,7 +211,7 @@ def t_change(rng, d):
     name, good = rng.choice(NAMES), rng.choice(GOODS)
     ch = Decimal(bill) - price
     q = f"{name} buys a {good} for ${_m(price)} and pays with a ${bill} bill. How much change does {name} get in dollars?"
-    cot = f"{bill} - {_m(price)} = {_m(ch)}. The answer is {fmt_num(ch)}."
+    cot = f"{worked(_m(Decimal(bill)), '-', _m(price), _m(ch))} The answer is {fmt_num(ch)}."
     pot = f"paid = {bill}\nprice = {_m(price)}\nprint(round(paid - price, 2))"
     return (price, bill), q, cot, pot, fmt_num(ch)
 
@@ -144,7 +225,7 @@ def t_measure(rng, d):
     name = rng.choice(NAMES)
     q = f"A tank holds {a} {unit}. {name} takes out {b} {unit}. How many {unit} are left?"
     r = a - b
-    cot = f"{a} - {b} = {r}. The answer is {fmt_num(r)}."
+    cot = f"{worked(str(a), '-', str(b), str(r))} The answer is {fmt_num(r)}."
     pot = f"total = {a}\ntaken = {b}\nprint(round(total - taken, 1))"
     return (a, b), q, cot, pot, fmt_num(r)
 
@@ -157,6 +238,10 @@ TEMPLATES: dict[str, Callable] = {
 
 def _bucket(key: str) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 100
+
+
+def _split_of_bucket(b: int) -> str:
+    return "test" if b < TEST_BUCKETS else "val" if b < TEST_BUCKETS + VAL_BUCKETS else "train"
 
 
 def _max_int_digits(nums) -> int:
@@ -180,7 +265,7 @@ def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = Non
             # longer numbers than any in-distribution problem can have: disjoint by construction
             wanted = _max_int_digits(nums) > max(IN_DIST.int_digits[1], IN_DIST.money_int_digits[1])
         else:
-            wanted = (_bucket(key) < TEST_BUCKETS) == (split == "test")
+            wanted = _split_of_bucket(_bucket(key)) == split
         if not wanted or key in seen:
             misses += 1
             if misses > 1_000_000:
@@ -212,7 +297,8 @@ def generator_key() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 
 
-def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0) -> dict[str, Path]:
+def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0,
+                     n_val: int = 0) -> dict[str, Path]:
     """Write (once) ``<root>/synthetic/<generator key>/seed=<seed>/<split>-<n>.jsonl`` for each split
     with n > 0 and return their paths. A cached file is reused only when its sha256 matches the one
     recorded beside it when it was written; otherwise it is regenerated (one line on stderr)."""
@@ -221,7 +307,7 @@ def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, se
 
     out = Path(root) / "synthetic" / generator_key() / f"seed={seed}"
     paths = {}
-    for split, n in (("train", n_train), ("test", n_test), ("test_ood", n_ood)):
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_test), ("test_ood", n_ood)):
         if n <= 0:
             continue
         p = out / f"{split}-{n}.jsonl"

@@ -111,8 +111,11 @@ def resolve_file(bcfg, data_root: str | Path, cache_dir: str | Path) -> tuple[Pa
 
         g = bcfg.generator
         n = int(g.n)
-        kwargs = {"n_train": 0, "n_test": 0, "n_ood": 0}
-        kwargs["n_ood" if g.split == "test_ood" else "n_test"] = n
+        kwargs = {"n_train": 0, "n_val": 0, "n_test": 0, "n_ood": 0}
+        split_arg = {"train": "n_train", "val": "n_val", "test": "n_test", "test_ood": "n_ood"}
+        if g.split not in split_arg:
+            raise DataError(f"synthetic generator split {g.split!r}; choose one of {sorted(split_arg)}")
+        kwargs[split_arg[g.split]] = n
         paths = ensure_synthetic(cache_dir, seed=int(g.seed), **kwargs)
         return paths[g.split], None
     root = Path(data_root)

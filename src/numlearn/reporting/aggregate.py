@@ -240,9 +240,13 @@ def header(command: str | None) -> str:
 
 
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
-              protocol: str | None = None, skip_bad: bool = False) -> dict:
+              protocol: str | None = None, skip_bad: bool = False, exclude_benchmarks: tuple[str, ...] = ()) -> dict:
     skipped: list[str] = []
     df = load_results(paths, protocol, skip_bad, skipped)
+    if exclude_benchmarks:
+        df = df[~df["benchmark"].isin(exclude_benchmarks)]
+        if df.empty:
+            raise FileNotFoundError(f"no results left after excluding benchmarks {list(exclude_benchmarks)}")
     for f in skipped:
         print(f"numlearn.reporting.aggregate: skipped unreadable {f}", file=sys.stderr)
     out = Path(out_dir)
@@ -325,10 +329,12 @@ def main(argv=None) -> int:
     ap.add_argument("--protocol", choices=("strict", "official"), default=None,
                     help="evaluation protocol of the table (default: the one protocol the results share)")
     ap.add_argument("--skip-bad", action="store_true", help="leave out unreadable result files (named on stderr)")
+    ap.add_argument("--exclude-benchmarks", default="",
+                    help="comma-separated benchmarks to leave out (e.g. the validation split weights were chosen on)")
     a = ap.parse_args(argv)
     try:
         res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol,
-                        skip_bad=a.skip_bad)
+                        skip_bad=a.skip_bad, exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b))
     except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2

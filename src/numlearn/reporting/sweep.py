@@ -1,33 +1,67 @@
-"""Alpha sweep table and plot from result files:
-``python -m numlearn.reporting.sweep RESULTS_DIR --out results/sweep_alpha``.
+"""Loss-weight sweep table, plot and the validation-chosen weights, from result files:
+``python -m numlearn.reporting.sweep RESULTS_DIR... --out results/sweep_alpha --select-on "synthetic_val (cot)"``.
 
-Rows: loss weight alpha (MLE, if present, as alpha = 0); columns: accuracy and numerical
-distance per benchmark column, mean over seeds. Writes sweep.{md,csv} and sweep.png.
+Rows: (loss, alpha) on the effective scale (MLE, if present, as alpha = 0); per benchmark column
+the accuracy's mean over seeds with a 95 % seed-bootstrap interval (each seed is one trained
+model; ``numlearn.reporting.stats``). ``--select-on`` names the column the weights are chosen on
+-- a validation split, never a test split (refused) -- and writes ``selected.json``: per loss, the
+alpha with the highest mean accuracy there (ties: the smaller alpha). Writes sweep.{md,csv},
+sweep.png (mean and seed CI per point, one line per loss) and selected.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .aggregate import header
 from .collect import load_results
 
+TEST_MARKERS = ("test", "ood")
+
+
+def _seed_ci(values: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    if len(values) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+    lo, hi = np.percentile(values[idx].mean(1), [2.5, 97.5])
+    return float(lo), float(hi)
+
 
 def sweep_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Long table: one row per (loss, alpha, column) with mean, seed CI and seed count (accuracy in %)."""
     df = df.copy()
     df["alpha"] = df.apply(lambda r: 0.0 if r["loss"] == "mle" else float(r["alpha"]), axis=1)
-    acc = df.pivot_table(index="alpha", columns="column", values="accuracy", aggfunc="mean") * 100
-    acc.columns = [f"{c} acc" for c in acc.columns]
-    if df["numerical_distance"].notna().any():
-        dist = df.pivot_table(index="alpha", columns="column", values="numerical_distance", aggfunc="mean")
-        dist.columns = [f"{c} dist" for c in dist.columns]
-        acc = acc.join(dist)
-    acc["seeds"] = df.groupby("alpha")["seed"].nunique()
-    return acc.sort_index()
+    rows = []
+    for (loss, alpha, col), g in df.groupby(["loss", "alpha", "column"]):
+        acc = 100 * g.sort_values("seed")["accuracy"].to_numpy(dtype=float)
+        lo, hi = _seed_ci(acc)
+        dist = g["numerical_distance"].dropna().to_numpy(dtype=float)
+        rows.append({"loss": loss, "alpha": alpha, "column": col, "acc": acc.mean(), "acc_ci_low": lo,
+                     "acc_ci_high": hi, "dist": dist.mean() if len(dist) else np.nan, "seeds": len(acc)})
+    return pd.DataFrame(rows).sort_values(["loss", "alpha", "column"]).reset_index(drop=True)
+
+
+def select(table: pd.DataFrame, column: str) -> dict:
+    """Per numeric loss: the alpha with the highest mean accuracy on ``column`` (a validation split)."""
+    if any(m in column.lower() for m in TEST_MARKERS):
+        raise ValueError(f"--select-on {column!r} looks like a test split; weights are chosen on a validation split "
+                         "(e.g. 'synthetic_val (cot)')")
+    sub = table[(table["column"] == column) & (table["loss"] != "mle")]
+    if sub.empty:
+        raise ValueError(f"no results on {column!r}; columns present: {sorted(set(table['column']))}")
+    out = {}
+    for loss, g in sub.groupby("loss"):
+        best = g.sort_values(["acc", "alpha"], ascending=[False, True]).iloc[0]
+        out[loss] = {"alpha": float(best["alpha"]), "accuracy": float(best["acc"]), "seeds": int(best["seeds"]),
+                     "column": column, "candidates": {str(a): float(v) for a, v in zip(g["alpha"], g["acc"])}}
+    return out
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
@@ -36,16 +70,23 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    x = [a if a > 0 else min([v for v in table.index if v > 0] or [1e-3]) / 3 for a in table.index]
-    for c in [c for c in table.columns if c.endswith(" acc")]:
-        a1.plot(x, table[c], marker="o", label=c[:-4])
-    for c in [c for c in table.columns if c.endswith(" dist")]:
-        a2.plot(x, table[c], marker="o", label=c[:-5])
-    for ax, yl in ((a1, "exact-match accuracy (%)"), (a2, "numerical distance (lower is better)")):
+    cols = sorted(set(table["column"]))
+    fig, axes = plt.subplots(1, len(cols), figsize=(5 * len(cols), 4), squeeze=False)
+    for ax, col in zip(axes[0], cols):
+        sub = table[table["column"] == col]
+        mle = sub[sub["loss"] == "mle"]
+        for loss, g in sub[sub["loss"] != "mle"].groupby("loss"):
+            err = np.vstack([g["acc"] - g["acc_ci_low"], g["acc_ci_high"] - g["acc"]])
+            ax.errorbar(g["alpha"], g["acc"], yerr=np.nan_to_num(err), marker="o", capsize=3, label=loss)
+        if not mle.empty:
+            m = mle.iloc[0]
+            ax.axhline(m["acc"], color="k", lw=1, label=f"mle ({int(m['seeds'])} seeds)")
+            if np.isfinite(m["acc_ci_low"]):
+                ax.axhspan(m["acc_ci_low"], m["acc_ci_high"], color="k", alpha=0.1)
         ax.set_xscale("log")
-        ax.set_xlabel("DEL alpha (leftmost point: MLE, alpha = 0)")
-        ax.set_ylabel(yl)
+        ax.set_xlabel("loss weight (effective scale)")
+        ax.set_ylabel("exact-match accuracy (%), mean and 95% seed CI")
+        ax.set_title(col)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -54,25 +95,38 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Alpha sweep table and plot.")
+    ap = argparse.ArgumentParser(description="Loss-weight sweep table, plot and validation-chosen weights.")
     ap.add_argument("results", nargs="+")
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", default=None)
+    ap.add_argument("--select-on", default=None, help="validation column to choose each loss's weight on")
     a = ap.parse_args(argv)
     try:
         df = load_results(a.results)
-    except FileNotFoundError as e:
+        t = sweep_table(df)
+        chosen = select(t, a.select_on) if a.select_on else None
+    except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.sweep: error: {e}", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    t = sweep_table(df)
-    t.to_csv(out / "sweep.csv")
-    md = header(a.command) + "\n\n## DEL alpha sweep (mean over seeds; alpha 0 = MLE)\n\n" + \
-        t.round(3).reset_index().to_markdown(index=False) + "\n\n![alpha sweep](sweep.png)\n"
-    (out / "sweep.md").write_text(md)
+    t.to_csv(out / "sweep.csv", index=False)
+    show = t.copy()
+    show["accuracy (%)"] = show.apply(lambda r: f"{r['acc']:.1f}" + (
+        f" [{r['acc_ci_low']:.1f}, {r['acc_ci_high']:.1f}]" if np.isfinite(r["acc_ci_low"]) else ""), axis=1)
+    wide = show.pivot_table(index=["loss", "alpha", "seeds"], columns="column", values="accuracy (%)", aggfunc="first")
+    md = [header(a.command), "", "## Loss-weight sweep (accuracy %, mean over seeds [95% seed-bootstrap CI]; "
+          "alpha on the effective scale, 0 = MLE)", "", wide.reset_index().to_markdown(index=False), "",
+          "![sweep](sweep.png)"]
+    if chosen:
+        (out / "selected.json").write_text(json.dumps(chosen, indent=2) + "\n")
+        md += ["", f"## Weights chosen on `{a.select_on}` (highest mean accuracy; never a test split)", ""]
+        md += [f"- {loss}: alpha = {c['alpha']:g} ({c['accuracy']:.1f} % over {c['seeds']} seeds)"
+               for loss, c in chosen.items()]
+    text = "\n".join(md) + "\n"
+    (out / "sweep.md").write_text(text)
     plot(t, out / "sweep.png")
-    print(md)
+    print(text)
     return 0
 
 

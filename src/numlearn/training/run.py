@@ -338,7 +338,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         tokenizer.save_pretrained(str(final_dir))
         held = {}
         hcfg = cfg.data.get("heldout")
-        if hcfg and trainer.is_world_process_zero():
+        if hcfg and int(hcfg.get("n") or 0) > 0 and trainer.is_world_process_zero():
             if cfg.data.source == "synthetic":
                 path = ensure_synthetic(cache_dir, 0, int(hcfg.n), 0, int(cfg.data.get("seed", 0)))["test"]
                 recs = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]

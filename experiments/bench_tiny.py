@@ -1,0 +1,177 @@
+"""Where the time of a tiny Table 1 run goes, and how fast it is: ``make bench-tiny``.
+
+Measured in one process, one after the other (ratios from the same run; the machine is noisy):
+
+1. the training step, phase by phase (collate, forward, loss, backward, optimizer) in a plain
+   loop over the embedded default's real batches, with and without bf16 autocast;
+2. the same steps through ``python -m numlearn.train`` (the HF Trainer, our loss bridge,
+   logging): its steps/s against the plain loop is the Trainer's overhead;
+3. the share of pad tokens in the batches;
+4. sandboxed PoT programs per second, one at a time and ``eval.program_workers`` at a time;
+5. a whole tiny run (train + evaluate) estimated from 1-4, against the same estimate with the
+   previous settings (programs one at a time).
+
+Writes ``results/bench_tiny.json`` and prints the numbers of the previous committed file beside
+this run's (a different run: read those ratios as indicative only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "results" / "bench_tiny.json"
+
+
+def _cfg(overrides):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        return compose("config", overrides=["experiment=table1_tiny", *overrides])
+
+
+def plain_loop(cfg, steps: int, bf16: bool) -> dict:
+    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.training.model import build_model
+    from numlearn.training.run import plan_run
+
+    plan = plan_run(cfg)
+    feats, _ = tokenize_records(plan.records(), plan.tokenizer, int(cfg.train.max_length), plan.template,
+                                cfg.data.get("boundary", "split"))
+    with tempfile.TemporaryDirectory() as cache:
+        model = build_model(cfg.model, plan.tokenizer, cache, seed=0)
+    bs = int(cfg.train.per_device_train_batch_size)
+    coll = PadCollator(plan.tokenizer.pad_token_id, with_attention_mask=bool(cfg.train.get("attention_mask", True)))
+    opt = torch.optim.AdamW(model.parameters(), lr=float(cfg.train.learning_rate))
+    order = torch.randperm(len(feats), generator=torch.Generator().manual_seed(0)).tolist()
+    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+    phases = dict.fromkeys(("collate", "forward", "loss", "backward", "optimizer"), 0.0)
+    real = padded = 0
+    warm = 5
+    for i in range(warm + steps):
+        t0 = time.perf_counter()
+        b = coll([feats[j] for j in order[i * bs:(i + 1) * bs]])
+        t1 = time.perf_counter()
+        with ctx():
+            logits = model(input_ids=b["input_ids"]).logits
+        t2 = time.perf_counter()
+        loss = plan.loss_fn(logits.float(), b["labels"]).loss
+        t3 = time.perf_counter()
+        loss.backward()
+        t4 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t5 = time.perf_counter()
+        if i >= warm:
+            for k, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                phases[k] += dt
+            real += sum(len(feats[j]["input_ids"]) for j in order[i * bs:(i + 1) * bs])
+            padded += b["input_ids"].numel()
+    total = sum(phases.values())
+    return {"steps_per_s": steps / total, "tokens_per_s": real / total, "pad_share": 1 - real / padded,
+            "ms_per_step": {k: round(1000 * v / steps, 2) for k, v in phases.items()}}
+
+
+def trainer_run(loss: str, steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-m", "numlearn.train", "experiment=table1_tiny", f"loss={loss}", f"run_dir={d}/run",
+               f"train.max_steps={steps}", f"train.save_steps={steps * 10}", f"train.logging_steps={steps}",
+               "data.heldout.n=0", "force=true"]
+        t = time.perf_counter()
+        subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.perf_counter() - t
+        recs = [json.loads(x) for x in (Path(d) / "run" / "metrics.jsonl").read_text().splitlines()]
+    rt = next(r for r in recs if "train_runtime" in r)
+    return {"steps_per_s": steps / rt["train_runtime"], "process_wall_s": wall,
+            "outside_training_s": wall - rt["train_runtime"]}
+
+
+def programs(workers_list, n: int = 96) -> dict:
+    from numlearn.data.synthetic import generate
+    from numlearn.evaluation.runner import ProgramExecutor
+
+    codes = [p.pot for p in generate("test", n, seed=0)]
+    out = {}
+    for w in workers_list:
+        with ProgramExecutor(5.0, False, w) as ex:
+            ex.run(codes[:4])
+            t = time.perf_counter()
+            runs = ex.run(codes)
+            out[w] = n / (time.perf_counter() - t)
+        if not all(r["ok"] for r in runs):
+            raise RuntimeError(f"a synthetic program failed with {w} workers: {next(r for r in runs if not r['ok'])}")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--loss", default="del")
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    from numlearn.provenance import environment, git_info
+
+    cfg = _cfg([f"loss={a.loss}", "run_dir=/tmp/numlearn-bench-tiny"])
+    prev = None
+    with contextlib.suppress(subprocess.CalledProcessError, json.JSONDecodeError):
+        prev = json.loads(subprocess.run(["git", "show", f"HEAD:{OUT.relative_to(REPO)}"], cwd=REPO, check=True,
+                                         capture_output=True, text=True).stdout)
+    print(f"bench-tiny: loss={a.loss}, {a.steps} steps, batch {cfg.train.per_device_train_batch_size}, "
+          f"torch threads {torch.get_num_threads()}", flush=True)
+    fp32 = plain_loop(cfg, a.steps, bf16=False)
+    bf16 = plain_loop(cfg, a.steps, bf16=True)
+    trainer = trainer_run(a.loss, max(a.steps * 3, 150))
+    workers = int(_cfg([]).eval.get("program_workers") or os.cpu_count() or 1)
+    progs = programs(sorted({1, workers}))
+    # A whole run: the configured steps, plus process start-up, plus evaluation, whose cost is the
+    # PoT programs (2 per PoT generation: strict + official wrap; CoT generation takes ~1 s).
+    n_steps = int(cfg.train.max_steps)
+    n_programs = 2 * sum(int(b.generator.n) for b in cfg.eval.benchmarks.values())
+    def whole(p_per_s):
+        return n_steps / trainer["steps_per_s"] + trainer["outside_training_s"] + n_programs / p_per_s
+    res = {
+        "git": git_info(), "environment": environment(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "loss": a.loss, "steps": a.steps,
+        "plain_loop_fp32": fp32, "plain_loop_bf16_autocast": bf16, "trainer": trainer,
+        "trainer_overhead": fp32["steps_per_s"] / trainer["steps_per_s"],
+        "programs_per_s": {str(k): v for k, v in progs.items()}, "program_workers": workers,
+        "whole_run_estimate_s": {"programs_serial": whole(progs[1]), "configured": whole(progs[workers])},
+    }
+    res["whole_run_speedup"] = res["whole_run_estimate_s"]["programs_serial"] / res["whole_run_estimate_s"]["configured"]
+    print(f"training step (plain loop, fp32): {fp32['steps_per_s']:.2f} steps/s, {fp32['tokens_per_s']:.0f} tokens/s, "
+          f"{100 * fp32['pad_share']:.1f} % pad tokens; ms/step {fp32['ms_per_step']}")
+    print(f"  bf16 autocast: {bf16['steps_per_s']:.2f} steps/s ({bf16['steps_per_s'] / fp32['steps_per_s']:.2f}x)")
+    print(f"  through numlearn.train (HF Trainer): {trainer['steps_per_s']:.2f} steps/s "
+          f"(plain loop / Trainer = {res['trainer_overhead']:.2f}); {trainer['outside_training_s']:.1f} s per run "
+          "outside the training loop (start-up, tokenisation, saving)")
+    print("PoT programs: " + ", ".join(f"{k} at a time {v:.1f}/s" for k, v in progs.items())
+          + (f" ({progs[workers] / progs[1]:.2f}x)" if workers != 1 else ""))
+    e = res["whole_run_estimate_s"]
+    print(f"whole tiny run (train {n_steps} steps + evaluate {n_programs} programs): {e['programs_serial']:.0f} s with "
+          f"programs one at a time -> {e['configured']:.0f} s configured ({res['whole_run_speedup']:.2f}x)")
+    if prev:
+        pc = prev.get("git", {}).get("commit", "?")[:10]
+        print(f"previous committed bench ({pc}, another run): training {prev['trainer']['steps_per_s']:.2f} steps/s -> "
+              f"{trainer['steps_per_s']:.2f}; tokens/s {prev['plain_loop_fp32']['tokens_per_s']:.0f} -> "
+              f"{fp32['tokens_per_s']:.0f}; whole run {prev['whole_run_estimate_s']['configured']:.0f} s -> "
+              f"{e['configured']:.0f} s")
+    if not a.no_write:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(res, indent=2) + "\n")
+        print(f"wrote {OUT.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
