@@ -3,7 +3,8 @@
 Measured in one process, one after the other (ratios from the same run; the machine is noisy):
 
 1. the training step, phase by phase (collate, forward, loss, backward, optimizer) in a plain
-   loop over the embedded default's real batches, with and without bf16 autocast;
+   loop over the embedded default's real batches: random batches, length-grouped batches
+   (``train.sampling=group_by_length``), bf16 autocast;
 2. the same steps through ``python -m numlearn.train`` (the HF Trainer, our loss bridge,
    logging): its steps/s against the plain loop is the Trainer's overhead;
 3. the share of pad tokens in the batches;
@@ -40,7 +41,7 @@ def _cfg(overrides):
         return compose("config", overrides=["experiment=table1_tiny", *overrides])
 
 
-def plain_loop(cfg, steps: int, bf16: bool) -> dict:
+def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random") -> dict:
     from numlearn.data.collate import PadCollator, tokenize_records
     from numlearn.training.model import build_model
     from numlearn.training.run import plan_run
@@ -53,7 +54,15 @@ def plain_loop(cfg, steps: int, bf16: bool) -> dict:
     bs = int(cfg.train.per_device_train_batch_size)
     coll = PadCollator(plan.tokenizer.pad_token_id, with_attention_mask=bool(cfg.train.get("attention_mask", True)))
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg.train.learning_rate))
-    order = torch.randperm(len(feats), generator=torch.Generator().manual_seed(0)).tolist()
+    if sampling == "group_by_length":
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        order = list(LengthGroupedSampler(bs, dataset=feats, model_input_name="input_ids",
+                                          generator=torch.Generator().manual_seed(0)))
+        # the sampler puts the longest batch first; skip it so the timed steps are typical ones
+        order = order[bs:] + order[:bs]
+    else:
+        order = torch.randperm(len(feats), generator=torch.Generator().manual_seed(0)).tolist()
     ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     phases = dict.fromkeys(("collate", "forward", "loss", "backward", "optimizer"), 0.0)
     real = padded = 0
@@ -131,6 +140,7 @@ def main(argv=None) -> int:
           f"torch threads {torch.get_num_threads()}", flush=True)
     fp32 = plain_loop(cfg, a.steps, bf16=False)
     bf16 = plain_loop(cfg, a.steps, bf16=True)
+    grouped = plain_loop(cfg, a.steps, bf16=False, sampling="group_by_length")
     trainer = trainer_run(a.loss, max(a.steps * 3, 150))
     workers = int(_cfg([]).eval.get("program_workers") or os.cpu_count() or 1)
     progs = programs(sorted({1, workers}))
@@ -143,7 +153,8 @@ def main(argv=None) -> int:
     res = {
         "git": git_info(), "environment": environment(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "loss": a.loss, "steps": a.steps,
-        "plain_loop_fp32": fp32, "plain_loop_bf16_autocast": bf16, "trainer": trainer,
+        "plain_loop_fp32": fp32, "plain_loop_bf16_autocast": bf16, "plain_loop_group_by_length": grouped,
+        "trainer": trainer,
         "trainer_overhead": fp32["steps_per_s"] / trainer["steps_per_s"],
         "programs_per_s": {str(k): v for k, v in progs.items()}, "program_workers": workers,
         "whole_run_estimate_s": {"programs_serial": whole(progs[1]), "configured": whole(progs[workers])},
@@ -152,6 +163,8 @@ def main(argv=None) -> int:
     print(f"training step (plain loop, fp32): {fp32['steps_per_s']:.2f} steps/s, {fp32['tokens_per_s']:.0f} tokens/s, "
           f"{100 * fp32['pad_share']:.1f} % pad tokens; ms/step {fp32['ms_per_step']}")
     print(f"  bf16 autocast: {bf16['steps_per_s']:.2f} steps/s ({bf16['steps_per_s'] / fp32['steps_per_s']:.2f}x)")
+    print(f"  length-grouped batches: {grouped['steps_per_s']:.2f} steps/s "
+          f"({grouped['steps_per_s'] / fp32['steps_per_s']:.2f}x), {100 * grouped['pad_share']:.1f} % pad tokens")
     print(f"  through numlearn.train (HF Trainer): {trainer['steps_per_s']:.2f} steps/s "
           f"(plain loop / Trainer = {res['trainer_overhead']:.2f}); {trainer['outside_training_s']:.1f} s per run "
           "outside the training loop (start-up, tokenisation, saving)")

@@ -55,7 +55,8 @@ def test_column_arithmetic_by_hand():
     assert synthetic.column_sub("83", "47") == (["13 - 7 = 6", "7 - 4 = 3"], "36")
     assert synthetic.column_sub("20.00", "13.47") == (["10 - 7 = 3", "9 - 4 = 5", "9 - 3 = 6", "1 - 1 = 0"], "6.53")
     assert synthetic.column_mul(6, "47") == (["6 * 7 = 42", "6 * 4 + 4 = 28"], "282")
-    assert synthetic.worked("47", "+", "35", "82") == "47 + 35: 7 + 5 = 12, 4 + 3 + 1 = 8, so 47 + 35 = 82."
+    assert synthetic.worked("47", "+", "35", "82") == "47 + 35: 7 + 5 = 12, 4 + 3 + 1 = 8, so 82."
+    assert synthetic.worked("7", "+", "5", "12") == "7 + 5 = 12."  # one column: nothing to work out
     with pytest.raises(AssertionError, match="expected 83"):
         synthetic.worked("47", "+", "35", "83")
     with pytest.raises(ValueError, match="x >= y"):

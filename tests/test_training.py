@@ -178,3 +178,31 @@ def test_hf_datasets_path_with_local_file(tmp_path):
                             "load_kwargs": {"data_files": str(f)}, "limit": 3})
     recs = load_source(cfg, tmp_path, tmp_path)
     assert recs == [{"instruction": f"What is {i} + 1?", "output": f"The answer is {i + 1}"} for i in range(3)]
+
+
+def test_length_grouped_batches_have_fewer_pads(tmp_path, monkeypatch):
+    """train.sampling=group_by_length reaches the Trainer: the batches it trains on carry fewer pad
+    tokens than random batches of the same data (counted in the collator the Trainer calls)."""
+    from numlearn.data import collate
+    from numlearn.training.run import train
+
+    seen = {}
+    real_call = collate.PadCollator.__call__
+
+    def counting(self, batch):
+        out = real_call(self, batch)
+        key = seen.setdefault("cur", [0, 0])
+        key[0] += sum(len(b["input_ids"]) for b in batch)
+        key[1] += out["input_ids"].numel()
+        return out
+
+    monkeypatch.setattr(collate.PadCollator, "__call__", counting)
+    shares = {}
+    for sampling in ("random", "group_by_length"):
+        seen["cur"] = [0, 0]
+        run_dir = train(_cfg(tmp_path, "loss=mle", f"+train.sampling={sampling}", "train.max_steps=12",
+                             f"run_dir={tmp_path}/{sampling}", "data.heldout.n=0"))
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+        real, padded = seen["cur"]
+        shares[sampling] = 1 - real / padded
+    assert shares["group_by_length"] < 0.5 * shares["random"], shares

@@ -156,12 +156,15 @@ _COLUMN = {"+": column_add, "-": column_sub}
 
 
 def worked(x: str, op: str, y: str, expect: str) -> str:
-    """One written-out operation: "47 + 35: 7 + 5 = 12, 4 + 3 + 1 = 8, so 47 + 35 = 82." The result is
-    checked against ``expect`` (computed independently with Decimal)."""
+    """One written-out operation: "47 + 35: 7 + 5 = 12, 4 + 3 + 1 = 8, so 82." (a one-column
+    operation is just "7 + 5 = 12."). The result is checked against ``expect`` (computed
+    independently with Decimal)."""
     steps, r = column_mul(int(x), y) if op == "*" else _COLUMN[op](x, y)
     if r != expect:
         raise AssertionError(f"column arithmetic {x} {op} {y} gave {r}, expected {expect}")
-    return f"{x} {op} {y}: {', '.join(steps)}, so {x} {op} {y} = {r}."
+    if len(steps) == 1:
+        return f"{x} {op} {y} = {r}."
+    return f"{x} {op} {y}: {', '.join(steps)}, so {r}."
 
 
 # Each template: rng, difficulty -> (key numbers, question, cot, pot, answer)

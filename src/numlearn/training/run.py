@@ -126,6 +126,9 @@ def official_weight_check(cfg, plan: RunPlan) -> dict:
     return out
 
 
+SAMPLINGS = ("random", "group_by_length")
+
+
 def check_run_options(cfg) -> None:
     """Refuse option combinations that cannot mean what the user asked, before anything loads."""
     if cfg.get("harness_name") == "official" and not cfg.get("paper_row"):
@@ -135,6 +138,9 @@ def check_run_options(cfg) -> None:
         v = cfg.train.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "max_steps" else 1)):
             raise ValueError(f"train.{key}={v!r} must be a positive integer")
+    sampling = cfg.train.get("sampling") or "random"
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
 
 
 def plan_run(cfg) -> RunPlan:
@@ -312,6 +318,8 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         fsdp_config=OmegaConf.to_container(tcfg.fsdp_config, resolve=True) if tcfg.get("fsdp_config") else None,
         gradient_checkpointing=bool(tcfg.get("gradient_checkpointing", False)),
         average_tokens_across_devices=True,
+        # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
+        train_sampling_strategy=str(tcfg.get("sampling") or "random"),
     )
     bridge = LossBridge(loss_fn)
     trainer = NumlearnTrainer(
