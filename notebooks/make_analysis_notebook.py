@@ -8,11 +8,12 @@ code = lambda s: cells.append(nbf.v4.new_code_cell(s))
 md("""# numlearn: analysis of a Table 1 run
 
 Loads run dirs and result files (never logs), shows the accuracy and numerical-distance tables, the
-per-digit-position accuracy, the DEL alpha curve, and the digit distributions each loss produces on
+per-digit-position accuracy, the loss-weight sweep, and the digit distributions each loss produces on
 held-out numbers (the paper's Figure 1 question: over-sharpened vs over-flattened).
 
 Inputs (environment variables, defaults for `make reproduce-table1` + `make sweep-alpha`):
-`NUMLEARN_NB_RUNS` (Table 1 run dirs), `NUMLEARN_NB_SWEEP` (sweep run dirs, optional).""")
+`NUMLEARN_NB_RUNS` (Table 1 run dirs), `NUMLEARN_NB_SWEEP` (the model dir holding the sweep's
+<loss>/alpha=*/seed=* runs with validation results, optional).""")
 code("""import os, json
 from pathlib import Path
 import numpy as np, pandas as pd
@@ -22,7 +23,7 @@ from IPython.display import display, Markdown
 
 ROOT = Path(os.environ.get("NUMLEARN_ROOT", "..")).resolve()
 RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "outputs/table1_tiny"))
-SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "outputs/table1_tiny/tiny/del"))
+SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "outputs/table1_tiny/tiny"))
 MAX_EXAMPLES = int(os.environ.get("NUMLEARN_NB_MAX_EXAMPLES", "200"))
 print("runs:", RUNS)""")
 md("## Tables from result files")
@@ -46,19 +47,16 @@ for ax, col in zip(axes[0], cols_to_plot):
     ax.set_title(col); ax.set_ylabel("digit accuracy (%)"); ax.set_xlabel("position")
     ax.tick_params(axis="x", rotation=45); ax.grid(alpha=0.3)
 fig.tight_layout(); plt.show()""")
-md("## DEL alpha curve")
-code("""from numlearn.reporting.sweep import sweep_table
+md("## Loss-weight sweep (validation split; mean and 95% seed CI per weight)")
+code("""from numlearn.reporting.sweep import plot, sweep_table
 try:
-    sdf = load_results([SWEEP] + ([RUNS / "tiny" / "mle"] if (RUNS / "tiny" / "mle").exists() else []))
-    st = sweep_table(sdf)
+    sdf = load_results(sorted(SWEEP.glob("*/alpha=*/seed=*/eval/synthetic_val")))
+    st = sweep_table(sdf)  # one row per (loss, alpha, column): mean and 95% seed-bootstrap CI
     display(st.round(3))
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    x = [a if a > 0 else 1e-3 for a in st.index]
-    for c in [c for c in st.columns if c.endswith(" acc")]:
-        ax.plot(x, st[c], marker="o", label=c[:-4])
-    ax.set_xscale("log"); ax.set_xlabel("alpha (1e-3 = MLE)"); ax.set_ylabel("accuracy (%)"); ax.legend(fontsize=7)
-    ax.grid(alpha=0.3); plt.show()
-except FileNotFoundError as e:
+    plot(st, Path("/tmp/numlearn_sweep.png"))
+    from IPython.display import Image
+    display(Image("/tmp/numlearn_sweep.png"))
+except (FileNotFoundError, ValueError) as e:
     print("no sweep results yet (make sweep-alpha):", e)""")
 md("""## Digit distributions on held-out numbers (the paper's Figure 1 question)
 

@@ -197,7 +197,7 @@ def test_official_harness_needs_a_preset():
     ("train.max_steps=abc", "train.max_steps='abc' must be a positive integer"),
     ("loss.aux_normalization=microbatch", "renamed"),
     ("data.template=random", "data.template=official"),
-    ("+train.sampling=sorted", "train.sampling='sorted'; choose one of ('random', 'group_by_length')"),
+    ("train.sampling=sorted", "train.sampling='sorted'; choose one of ('random', 'group_by_length')"),
 ])
 def test_bad_training_options_are_one_line(override, message, tmp_path):
     import os

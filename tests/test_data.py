@@ -251,3 +251,18 @@ def test_cached_splits_are_keyed_by_generator_and_verified(tmp_path, capsys):
     again = synthetic.ensure_synthetic(tmp_path, 0, 20, 0, seed=3)["test"]
     assert again == p and p.read_bytes() == original
     assert "fails its checksum" in capsys.readouterr().err
+
+
+def test_generator_key_names_the_loaded_code_not_the_file_on_disk(tmp_path, monkeypatch):
+    """A process that imported the generator and whose source file was then edited keeps writing
+    under its own code's key (the bug: a training run's held-out split, made by the old code,
+    landed under the edited code's key and poisoned the next run's cache)."""
+    key = synthetic.generator_key()
+    assert key == synthetic._source_key()  # unedited: the file is the code
+    edited = tmp_path / "synthetic.py"
+    edited.write_text("# edited on disk after import\n")
+    monkeypatch.setattr(synthetic, "__file__", str(edited))
+    assert synthetic._source_key() != key  # what hashing at call time would now give
+    assert synthetic.generator_key() == key
+    p = synthetic.ensure_synthetic(tmp_path / "cache", 0, 5, 0, seed=0)["test"]
+    assert key in p.parts

@@ -27,9 +27,12 @@ def test_analysis_notebook_executes(tmp_path):
             over = [*SMALL, f"loss={loss}", f"paths.output_dir={tmp_path}/out", f"paths.cache_dir={tmp_path}/cache"]
             train(compose("config", overrides=over))
             run_evaluation(compose("evaluate", overrides=over))
+            val = [o for o in over if not o.startswith("eval.benchmarks.")]
+            run_evaluation(compose("evaluate", overrides=[*val, "eval=synthetic_val",
+                                                          "eval.benchmarks.synthetic_val.generator.n=6"]))
     nb = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
     env = {"NUMLEARN_ROOT": str(REPO), "NUMLEARN_NB_RUNS": str(tmp_path / "out" / "nb"),
-           "NUMLEARN_NB_SWEEP": str(tmp_path / "out" / "nb" / "tiny" / "del"),
+           "NUMLEARN_NB_SWEEP": str(tmp_path / "out" / "nb" / "tiny"),
            "NUMLEARN_NB_CACHE": str(tmp_path / "cache"), "NUMLEARN_NB_MAX_EXAMPLES": "8"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -41,6 +44,6 @@ def test_analysis_notebook_executes(tmp_path):
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
-    assert len(images) >= 3  # per-digit accuracy, alpha curve, digit distributions
+    assert len(images) >= 3  # per-digit accuracy, weight sweep, digit distributions
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors

@@ -200,7 +200,7 @@ def test_length_grouped_batches_have_fewer_pads(tmp_path, monkeypatch):
     shares = {}
     for sampling in ("random", "group_by_length"):
         seen["cur"] = [0, 0]
-        run_dir = train(_cfg(tmp_path, "loss=mle", f"+train.sampling={sampling}", "train.max_steps=12",
+        run_dir = train(_cfg(tmp_path, "loss=mle", f"train.sampling={sampling}", "train.max_steps=12",
                              f"run_dir={tmp_path}/{sampling}", "data.heldout.n=0"))
         assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
         real, padded = seen["cur"]

@@ -292,12 +292,22 @@ def write_split(path: str | Path, problems: list[SyntheticProblem]) -> Path:
     return path
 
 
-def generator_key() -> str:
-    """Identity of the generator's code: caches are keyed by it, so a changed generator never
-    reuses splits an earlier version wrote."""
+def _source_key() -> str:
     import hashlib
 
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+
+# Hashed once, when the module is imported: the key must name the code this process runs. Hashing
+# the file at call time let a long-running process whose source was edited on disk store splits
+# made by its old code under the new code's key (a training run's held-out split did exactly that).
+_GENERATOR_KEY = _source_key()
+
+
+def generator_key() -> str:
+    """Identity of the generator's code as loaded: caches are keyed by it, so a changed generator
+    never reuses splits an earlier version wrote."""
+    return _GENERATOR_KEY
 
 
 def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0,
