@@ -266,3 +266,22 @@ def test_generator_key_names_the_loaded_code_not_the_file_on_disk(tmp_path, monk
     assert synthetic.generator_key() == key
     p = synthetic.ensure_synthetic(tmp_path / "cache", 0, 5, 0, seed=0)["test"]
     assert key in p.parts
+
+
+def test_concurrent_processes_generate_the_same_cache_safely(tmp_path):
+    """make reproduce-table1 JOBS=2 starts two runs that both generate the training split."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from numlearn.data.synthetic import ensure_synthetic; "
+            "print(ensure_synthetic(sys.argv[1], 4000, 50, 0, seed=0)['train'])")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-400:] for o in outs]
+    paths = {o[0].strip() for o in outs}
+    assert len(paths) == 1
+    train = __import__("pathlib").Path(paths.pop())
+    import hashlib
+    assert hashlib.sha256(train.read_bytes()).hexdigest() == train.with_name(train.name + ".sha256").read_text().strip()
+    assert not list(train.parent.glob("*.tmp"))

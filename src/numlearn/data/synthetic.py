@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -331,9 +332,13 @@ def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, se
                 print(f"[numlearn.data] cached split {p} fails its checksum; regenerating it", file=sys.stderr)
                 p.unlink()
         if not p.exists():
-            tmp = p.with_suffix(".tmp")
+            # several processes may generate the same split at once (make reproduce-table1 JOBS=2):
+            # each writes its own temporary files and renames them into place; the bytes are equal
+            tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
             write_split(tmp, generate(split, n, seed))
-            digest.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
+            dtmp = digest.with_name(f"{digest.name}.{os.getpid()}.tmp")
+            dtmp.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
+            dtmp.replace(digest)
             tmp.replace(p)
         paths[split] = p
     return paths
