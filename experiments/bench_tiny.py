@@ -9,8 +9,8 @@ Measured in one process, one after the other (ratios from the same run; the mach
    logging): its steps/s against the plain loop is the Trainer's overhead;
 3. the share of pad tokens in the batches;
 4. sandboxed PoT programs per second, one at a time and ``eval.program_workers`` at a time;
-5. a whole tiny run (train + evaluate) estimated from 1-4, against the same estimate with the
-   previous settings (programs one at a time).
+5. one seed of Table 1 (four rows, train + evaluate) estimated from 1-4, against the same
+   estimate with the previous settings (one process on every core, programs one at a time).
 
 Writes ``results/bench_tiny.json`` and prints the numbers of the previous committed file beside
 this run's (a different run: read those ratios as indicative only).
@@ -41,11 +41,13 @@ def _cfg(overrides):
         return compose("config", overrides=["experiment=table1_tiny", *overrides])
 
 
-def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random") -> dict:
+def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: int | None = None) -> dict:
     from numlearn.data.collate import PadCollator, tokenize_records
     from numlearn.training.model import build_model
     from numlearn.training.run import plan_run
 
+    if threads:
+        torch.set_num_threads(threads)
     plan = plan_run(cfg)
     feats, _ = tokenize_records(plan.records(), plan.tokenizer, int(cfg.train.max_length), plan.template,
                                 cfg.data.get("boundary", "split"))
@@ -92,6 +94,15 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random") -> dict:
             "ms_per_step": {k: round(1000 * v / steps, 2) for k, v in phases.items()}}
 
 
+def concurrent_loops(a, n: int) -> dict:
+    """``n`` one-configured-thread plain loops at once (separate processes): their summed steps/s."""
+    cmd = [sys.executable, __file__, "--loop-only", "--steps", str(a.steps), "--loss", a.loss]
+    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for _ in range(n)]
+    rates = [json.loads(p.communicate()[0].strip().splitlines()[-1])["steps_per_s"] for p in procs]
+    return {"processes": n, "steps_per_s_total": sum(rates)}
+
+
 def trainer_run(loss: str, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         cmd = [sys.executable, "-m", "numlearn.train", "experiment=table1_tiny", f"loss={loss}", f"run_dir={d}/run",
@@ -128,7 +139,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--loss", default="del")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.loop_only:  # one of concurrent_loops' processes
+        cfg = _cfg([f"loss={a.loss}", "run_dir=/tmp/numlearn-bench-tiny"])
+        print(json.dumps(plain_loop(cfg, a.steps, bf16=False, threads=int(cfg.train.get("torch_threads") or 1))))
+        return 0
     from numlearn.provenance import environment, git_info
 
     cfg = _cfg([f"loss={a.loss}", "run_dir=/tmp/numlearn-bench-tiny"])
@@ -138,9 +154,13 @@ def main(argv=None) -> int:
                                          capture_output=True, text=True).stdout)
     print(f"bench-tiny: loss={a.loss}, {a.steps} steps, batch {cfg.train.per_device_train_batch_size}, "
           f"torch threads {torch.get_num_threads()}", flush=True)
-    fp32 = plain_loop(cfg, a.steps, bf16=False)
-    bf16 = plain_loop(cfg, a.steps, bf16=True)
-    grouped = plain_loop(cfg, a.steps, bf16=False, sampling="group_by_length")
+    threads = int(cfg.train.get("torch_threads") or torch.get_num_threads())
+    cores = os.cpu_count() or 1
+    fp32 = plain_loop(cfg, a.steps, bf16=False, threads=threads)
+    all_cores = plain_loop(cfg, a.steps, bf16=False, threads=cores)
+    concurrent = concurrent_loops(a, cores // threads) if cores // threads > 1 else None
+    bf16 = plain_loop(cfg, a.steps, bf16=True, threads=threads)
+    grouped = plain_loop(cfg, a.steps, bf16=False, sampling="group_by_length", threads=threads)
     trainer = trainer_run(a.loss, max(a.steps * 3, 150))
     workers = int(_cfg([]).eval.get("program_workers") or os.cpu_count() or 1)
     progs = programs(sorted({1, workers}))
@@ -148,20 +168,32 @@ def main(argv=None) -> int:
     # PoT programs (2 per PoT generation: strict + official wrap; CoT generation takes ~1 s).
     n_steps = int(cfg.train.max_steps)
     n_programs = 2 * sum(int(b.generator.n) for b in cfg.eval.benchmarks.values())
-    def whole(p_per_s):
-        return n_steps / trainer["steps_per_s"] + trainer["outside_training_s"] + n_programs / p_per_s
+    trainer_share = trainer["steps_per_s"] / fp32["steps_per_s"]  # the Trainer's speed relative to the loop
+    # four Table 1 rows: before, one process on every core and programs one at a time; now, the
+    # configured thread count with JOBS rows at once and program_workers programs at once
+    before = 4 * (n_steps / (all_cores["steps_per_s"] * trainer_share) + trainer["outside_training_s"]
+                  + n_programs / progs[1])
+    per_row_now = (n_steps / (fp32["steps_per_s"] * trainer_share) + trainer["outside_training_s"]
+                   + n_programs / progs[workers])
+    speedup_jobs = (concurrent["steps_per_s_total"] / fp32["steps_per_s"]) if concurrent else 1.0
+    now = 4 * per_row_now / speedup_jobs
     res = {
         "git": git_info(), "environment": environment(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "loss": a.loss, "steps": a.steps,
-        "plain_loop_fp32": fp32, "plain_loop_bf16_autocast": bf16, "plain_loop_group_by_length": grouped,
+        "threads": threads, "cores": cores, "plain_loop_fp32": fp32, "plain_loop_all_cores": all_cores,
+        "concurrent_processes": concurrent,
+        "plain_loop_bf16_autocast": bf16, "plain_loop_group_by_length": grouped,
         "trainer": trainer,
         "trainer_overhead": fp32["steps_per_s"] / trainer["steps_per_s"],
         "programs_per_s": {str(k): v for k, v in progs.items()}, "program_workers": workers,
-        "whole_run_estimate_s": {"programs_serial": whole(progs[1]), "configured": whole(progs[workers])},
+        "table1_estimate_s": {"one_process_all_cores_programs_serial": before, "configured": now},
     }
-    res["whole_run_speedup"] = res["whole_run_estimate_s"]["programs_serial"] / res["whole_run_estimate_s"]["configured"]
-    print(f"training step (plain loop, fp32): {fp32['steps_per_s']:.2f} steps/s, {fp32['tokens_per_s']:.0f} tokens/s, "
-          f"{100 * fp32['pad_share']:.1f} % pad tokens; ms/step {fp32['ms_per_step']}")
+    res["table1_speedup"] = before / now
+    print(f"training step (plain loop, fp32, {threads} thread(s)): {fp32['steps_per_s']:.2f} steps/s, "
+          f"{fp32['tokens_per_s']:.0f} tokens/s, {100 * fp32['pad_share']:.1f} % pad tokens; ms/step {fp32['ms_per_step']}")
+    print(f"  one process on all {cores} cores: {all_cores['steps_per_s']:.2f} steps/s"
+          + (f"; {concurrent['processes']} processes at once: {concurrent['steps_per_s_total']:.2f} steps/s in total"
+             if concurrent else ""))
     print(f"  bf16 autocast: {bf16['steps_per_s']:.2f} steps/s ({bf16['steps_per_s'] / fp32['steps_per_s']:.2f}x)")
     print(f"  length-grouped batches: {grouped['steps_per_s']:.2f} steps/s "
           f"({grouped['steps_per_s'] / fp32['steps_per_s']:.2f}x), {100 * grouped['pad_share']:.1f} % pad tokens")
@@ -170,15 +202,13 @@ def main(argv=None) -> int:
           "outside the training loop (start-up, tokenisation, saving)")
     print("PoT programs: " + ", ".join(f"{k} at a time {v:.1f}/s" for k, v in progs.items())
           + (f" ({progs[workers] / progs[1]:.2f}x)" if workers != 1 else ""))
-    e = res["whole_run_estimate_s"]
-    print(f"whole tiny run (train {n_steps} steps + evaluate {n_programs} programs): {e['programs_serial']:.0f} s with "
-          f"programs one at a time -> {e['configured']:.0f} s configured ({res['whole_run_speedup']:.2f}x)")
-    if prev:
+    print(f"Table 1, one seed (4 rows x {n_steps} steps + {n_programs} programs each), estimated: {before:.0f} s as one "
+          f"process on all cores with programs one at a time -> {now:.0f} s configured ({res['table1_speedup']:.2f}x)")
+    if prev and "table1_estimate_s" in prev:
         pc = prev.get("git", {}).get("commit", "?")[:10]
-        print(f"previous committed bench ({pc}, another run): training {prev['trainer']['steps_per_s']:.2f} steps/s -> "
+        print(f"previous committed bench ({pc}, another run): Trainer {prev['trainer']['steps_per_s']:.2f} steps/s -> "
               f"{trainer['steps_per_s']:.2f}; tokens/s {prev['plain_loop_fp32']['tokens_per_s']:.0f} -> "
-              f"{fp32['tokens_per_s']:.0f}; whole run {prev['whole_run_estimate_s']['configured']:.0f} s -> "
-              f"{e['configured']:.0f} s")
+              f"{fp32['tokens_per_s']:.0f}; Table 1 estimate {prev['table1_estimate_s']['configured']:.0f} s -> {now:.0f} s")
     if not a.no_write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(res, indent=2) + "\n")
