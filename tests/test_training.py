@@ -206,3 +206,37 @@ def test_length_grouped_batches_have_fewer_pads(tmp_path, monkeypatch):
         real, padded = seen["cur"]
         shares[sampling] = 1 - real / padded
     assert shares["group_by_length"] < 0.5 * shares["random"], shares
+
+
+def test_fused_linear_loss_trains_to_the_same_parameters(tmp_path):
+    """train.fused_linear_loss=true (loss from hidden states, logits never formed) through the real
+    Trainer: a few steps of the tiny model (tied embeddings) end at the same parameters as the
+    logits path, and the logged CE and numeric term agree."""
+    from transformers import AutoModelForCausalLM
+
+    from numlearn.training.run import train
+
+    runs = {}
+    for fused in (False, True):
+        runs[fused] = train(_cfg(tmp_path, "loss=del", "loss.alpha=0.8", f"train.fused_linear_loss={fused}",
+                                 "train.loss_chunk_size=37", f"run_dir={tmp_path}/fused_{fused}"))
+    a, b = (AutoModelForCausalLM.from_pretrained(runs[f] / "final") for f in (False, True))
+    assert a.config.tie_word_embeddings
+    for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)
+    la = [m for m in _metrics(runs[False]) if "loss" in m]
+    lb = [m for m in _metrics(runs[True]) if "loss" in m]
+    for x, y in zip(la, lb):
+        for k in ("loss/ce", "loss/aux", "train/digit_acc"):
+            assert y[k] == pytest.approx(x[k], rel=1e-4, abs=1e-6), k
+    assert la and la[-1]["loss/aux"] > 0
+
+
+def test_fused_linear_loss_refuses_what_it_cannot_do(tmp_path):
+    from numlearn.training.run import check_run_options
+
+    with pytest.raises(ValueError, match="works on full logits only"):
+        check_run_options(_cfg(tmp_path, "loss=emo", "train.fused_linear_loss=true"))
+    with pytest.raises(ValueError, match="with FSDP is not supported"):
+        check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=true",
+                               "+train.fsdp=full_shard"))

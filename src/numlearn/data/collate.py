@@ -79,8 +79,10 @@ class PadCollator:
     forward uses the mask for anything else.
     """
 
-    def __init__(self, pad_id: int, pad_to_multiple_of: int | None = None, with_attention_mask: bool = True):
+    def __init__(self, pad_id: int, pad_to_multiple_of: int | None = None, with_attention_mask: bool = True,
+                 extra: dict | None = None):
         self.pad_id, self.multiple, self.with_mask = pad_id, pad_to_multiple_of, with_attention_mask
+        self.extra = dict(extra or {})  # constant model kwargs, e.g. logits_to_keep=1 for the fused linear loss
 
     def __call__(self, batch):
         n = max(len(b["input_ids"]) for b in batch)
@@ -94,7 +96,7 @@ class PadCollator:
             ids[i, :L] = torch.tensor(b["input_ids"])
             labels[i, :L] = torch.tensor(b["labels"])
             mask[i, :L] = 1
-        out = {"input_ids": ids, "labels": labels}
+        out = {"input_ids": ids, "labels": labels, **self.extra}
         if self.with_mask:
             out["attention_mask"] = mask
         return out

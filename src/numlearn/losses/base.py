@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .digits import DigitVocab
+from .linear import DEFAULT_CHUNK, chunked_linear_cross_entropy
 from .spans import IGNORE_INDEX, DigitTargets, number_spans, shift_targets
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
@@ -193,6 +194,42 @@ class DigitLoss(TokenLoss):
         ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
             logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device)
         )
+        return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
+                             num_microbatches_in_step)
+
+    def from_hidden(self, hidden, lm_head_weight, labels, lm_head_bias=None, num_items_in_batch=None,
+                    num_digits_in_batch=None, num_microbatches_in_step=None, chunk_size: int = DEFAULT_CHUNK) -> LossOutput:
+        """The same loss as ``self(hidden @ lm_head_weight.T + lm_head_bias, labels, ...)``, in value
+        and in gradient (w.r.t. ``hidden``, the weight and the bias), without materialising the
+        ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a time
+        (``linear.chunked_linear_cross_entropy``) and the numeric term from the ten digit columns.
+
+        hidden: ``[B, T, H]`` final hidden states (after the last norm), any float dtype.
+        lm_head_weight: ``[V, H]`` (tied embeddings: the embedding matrix); lm_head_bias: ``[V]`` or None.
+        """
+        if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
+            raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
+                             f"and {tuple(labels.shape)}")
+        H = hidden.shape[-1]
+        targets = shift_targets(labels.to(hidden.device))
+        flat_t = targets.reshape(-1)
+        h2 = hidden.reshape(-1, H)
+        idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
+        ce_sum = chunked_linear_cross_entropy(h2[idx], lm_head_weight, lm_head_bias, flat_t[idx], chunk_size)
+        if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
+            ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
+            return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
+        dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
+        ids = self._digit_ids(hidden.device)
+        zd = h2[dt.rows] @ lm_head_weight[ids].t()
+        if lm_head_bias is not None:
+            zd = zd + lm_head_bias[ids]
+        return self._combine(ce_sum, zd.float(), dt, targets, num_items_in_batch, num_digits_in_batch,
+                             num_microbatches_in_step)
+
+    def _combine(self, ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
+                 num_microbatches_in_step) -> LossOutput:
+        """CE mean and the normalised numeric term (see ``aux_normalization``) -> LossOutput."""
         ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
 
         denom = max(float(dt.count), 1.0)

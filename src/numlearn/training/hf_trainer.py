@@ -21,19 +21,51 @@ from numlearn.losses import count_digit_targets
 
 
 class LossBridge:
-    """``compute_loss_func(outputs, labels, num_items_in_batch)`` for any numlearn loss."""
+    """``compute_loss_func(outputs, labels, num_items_in_batch)`` for any numlearn loss.
 
-    def __init__(self, loss_fn):
+    ``fused_linear=True`` (``train.fused_linear_loss``): the model is asked for the last position's
+    logits only (the collator adds ``logits_to_keep=1``), a forward hook on the decoder keeps its
+    final hidden states, and the loss is computed from them and the output embedding
+    (``loss_fn.from_hidden``): the ``[B, T, V]`` logits are never formed. Call ``bind_model`` first.
+    """
+
+    def __init__(self, loss_fn, fused_linear: bool = False, chunk_size: int = 1024):
+        if fused_linear and not hasattr(loss_fn, "from_hidden"):
+            raise ValueError(f"train.fused_linear_loss=true needs a loss with a linear form (mle, ntl, dist2, del); "
+                             f"{getattr(loss_fn, 'name', loss_fn)} works on full logits only")
         self.loss_fn = loss_fn
+        self.fused_linear, self.chunk_size = bool(fused_linear), int(chunk_size)
         self.step_digits: int | None = None
         self.microbatches_in_step: int = 1  # GA x processes, for aux_normalization=microbatch_mean
         self._sums: dict[str, float] = defaultdict(float)
         self._n = 0
+        self._head = None
+        self._hidden = None
+
+    def bind_model(self, model) -> None:
+        if not self.fused_linear:
+            return
+        self._head = model.get_output_embeddings()
+        if self._head is None or not hasattr(self._head, "weight"):
+            raise ValueError(f"train.fused_linear_loss=true: {type(model).__name__} has no output embedding to "
+                             "compute the loss from")
+
+        def keep(module, args, output):
+            self._hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+        model.get_decoder().register_forward_hook(keep)
 
     def __call__(self, outputs, labels, num_items_in_batch=None):
-        out = self.loss_fn(outputs.logits, labels, num_items_in_batch=num_items_in_batch,
-                           num_digits_in_batch=self.step_digits,
-                           num_microbatches_in_step=self.microbatches_in_step)
+        kw = {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": self.step_digits,
+              "num_microbatches_in_step": self.microbatches_in_step}
+        if self.fused_linear:
+            if self._hidden is None:
+                raise RuntimeError("fused linear loss: no hidden states captured (LossBridge.bind_model not called?)")
+            hidden, self._hidden = self._hidden, None
+            out = self.loss_fn.from_hidden(hidden, self._head.weight, labels, getattr(self._head, "bias", None),
+                                           chunk_size=self.chunk_size, **kw)
+        else:
+            out = self.loss_fn(outputs.logits, labels, **kw)
         if torch.is_grad_enabled():
             self._sums["loss/ce"] += float(out.ce)
             self._sums["loss/aux"] += float(out.aux)

@@ -138,6 +138,12 @@ def check_run_options(cfg) -> None:
         v = cfg.train.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "max_steps" else 1)):
             raise ValueError(f"train.{key}={v!r} must be a positive integer")
+    if cfg.train.get("fused_linear_loss") and cfg.train.get("fsdp"):
+        raise ValueError("train.fused_linear_loss=true with FSDP is not supported yet (the sharded lm_head weight is "
+                         "not whole outside its forward); use it with DDP or one process, or set it to false")
+    if cfg.train.get("fused_linear_loss") and str(cfg.loss.name) in ("mixce", "emo"):
+        raise ValueError(f"train.fused_linear_loss=true: loss={cfg.loss.name} works on full logits only; "
+                         "use mle, ntl, dist2 or del, or set it to false")
     sampling = cfg.train.get("sampling") or "random"
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
@@ -321,10 +327,13 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
         train_sampling_strategy=str(tcfg.get("sampling") or "random"),
     )
-    bridge = LossBridge(loss_fn)
+    fused = bool(tcfg.get("fused_linear_loss", False))
+    bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
+    bridge.bind_model(model)
     trainer = NumlearnTrainer(
-        model=model, args=args, train_dataset=feats, data_collator=PadCollator(tokenizer.pad_token_id,
-                                                                          with_attention_mask=bool(tcfg.get("attention_mask", True))),
+        model=model, args=args, train_dataset=feats,
+        data_collator=PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.get("attention_mask", True)),
+                                  extra={"logits_to_keep": 1} if fused else None),
         processing_class=tokenizer, loss_bridge=bridge,
         callbacks=[MetricsJSONL(run_dir / "metrics.jsonl"), ProgressPrinter()],
     )

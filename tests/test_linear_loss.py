@@ -1,0 +1,140 @@
+"""The linear form of the losses (``from_hidden``): the same value and gradients as the logits path,
+without materialising the logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from numlearn.losses import IGNORE_INDEX, DELLoss, DigitVocab, Dist2Loss, MLELoss, NTLLoss
+from numlearn.losses.linear import chunked_linear_cross_entropy
+
+VOCAB = DigitVocab(tuple(range(10)), 10)  # digit k has id k, "." is 10
+V, H = 37, 16
+
+LOSSES = {
+    "mle": lambda: MLELoss(VOCAB),
+    "mle-no-digits": lambda: MLELoss(None),
+    "ntl": lambda: NTLLoss(VOCAB, alpha=0.7),
+    "ntl-mse": lambda: NTLLoss(VOCAB, alpha=0.7, variant="mse"),
+    "dist2": lambda: Dist2Loss(VOCAB, alpha=0.9),
+    "del": lambda: DELLoss(VOCAB, alpha=1.28),
+    "del-paper": lambda: DELLoss(VOCAB, alpha=1.28, form="paper"),
+    "del-int-only": lambda: DELLoss(VOCAB, alpha=0.5, float_spans=False, place_weights="none"),
+    "del-microbatch-sum": lambda: DELLoss(VOCAB, alpha=0.01, aux_normalization="microbatch_sum"),
+    "del-microbatch-mean": lambda: DELLoss(VOCAB, alpha=0.1, aux_normalization="microbatch_mean"),
+}
+
+
+def _batch(seed=0, B=3, T=23, dtype=torch.float32, bias=False, digits=True):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, T, H, generator=g).to(dtype).requires_grad_()
+    weight = (torch.randn(V, H, generator=g) * 0.3).to(dtype).requires_grad_()
+    b = (torch.randn(V, generator=g) * 0.1).to(dtype).requires_grad_() if bias else None
+    lo = 0 if digits else 11  # without digits: only non-digit tokens as targets
+    labels = torch.randint(lo, V, (B, T), generator=g)
+    labels[:, :5] = IGNORE_INDEX  # the prompt
+    labels[1, -4:] = IGNORE_INDEX  # padding
+    labels[2, 7:10] = torch.tensor([3, 10, 5]) if digits else labels[2, 7:10]  # "3.5"
+    return hidden, weight, b, labels
+
+
+def _both(fn, hidden, weight, b, labels, chunk, **kw):
+    """(value, grads) of the logits path and of the linear path."""
+    out = {}
+    for path in ("logits", "linear"):
+        h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        bb = b.detach().clone().requires_grad_() if b is not None else None
+        if path == "logits":
+            logits = h @ w.t() + (bb if bb is not None else 0)
+            r = fn(logits, labels, **kw)
+        else:
+            r = fn.from_hidden(h, w, labels, lm_head_bias=bb, chunk_size=chunk, **kw)
+        r.loss.backward()
+        out[path] = (r, h.grad, w.grad, bb.grad if bb is not None else None)
+    return out["logits"], out["linear"]
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("chunk", [1, 7, 4096])  # 7 does not divide the 53 target rows
+def test_value_and_gradients_equal_the_logits_path(name, chunk):
+    fn = LOSSES[name]()
+    hidden, weight, b, labels = _batch(bias=(chunk == 7))
+    kw = {"num_items_in_batch": 61, "num_digits_in_batch": 40, "num_microbatches_in_step": 4}
+    (ra, gha, gwa, gba), (rb, ghb, gwb, gbb) = _both(fn, hidden, weight, b, labels, chunk, **kw)
+    for x, y in ((ra.loss, rb.loss), (ra.ce, rb.ce), (ra.aux, rb.aux), (gha, ghb), (gwa, gwb)):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)
+    if gba is not None:
+        torch.testing.assert_close(gbb, gba, rtol=1e-5, atol=1e-6)
+    for k in ra.stats:
+        torch.testing.assert_close(rb.stats[k], ra.stats[k])
+    if name not in ("mle", "mle-no-digits"):
+        assert float(ra.aux) > 0  # the numeric term is really in the comparison
+
+
+def test_bf16_hidden_states():
+    fn = DELLoss(VOCAB, alpha=1.28)
+    hidden, weight, _, labels = _batch(dtype=torch.bfloat16)
+    (ra, gha, gwa, _), (rb, ghb, gwb, _) = _both(fn, hidden, weight, None, labels, 5)
+    assert ghb.dtype == torch.bfloat16 and gwb.dtype == torch.bfloat16
+    torch.testing.assert_close(rb.loss, ra.loss, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(ghb.float(), gha.float(), rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(gwb.float(), gwa.float(), rtol=2e-2, atol=2e-3)
+
+
+def test_no_digit_targets_and_no_targets_at_all():
+    fn = DELLoss(VOCAB, alpha=1.0)
+    hidden, weight, _, labels = _batch(digits=False)
+    (ra, gha, gwa, _), (rb, ghb, gwb, _) = _both(fn, hidden, weight, None, labels, 6)
+    assert float(rb.aux) == 0.0 and float(ra.aux) == 0.0
+    torch.testing.assert_close(rb.loss, ra.loss)
+    torch.testing.assert_close(ghb, gha)
+    empty = torch.full_like(labels, IGNORE_INDEX)
+    r = fn.from_hidden(hidden, weight, empty)
+    r.loss.backward()
+    assert float(r.loss) == 0.0 and hidden.grad is not None and float(hidden.grad.abs().sum()) == 0.0
+
+
+def test_chunked_ce_by_hand():
+    """Two rows, V = 3: h = I, W = [[0,0],[ln 2,0],[0,0]]... logits row 0 = [0, ln2, 0] (target 1):
+    CE = ln(4) - ln(2) = ln 2; row 1 = [0, 0, 0] (target 2): CE = ln 3."""
+    import math
+
+    h = torch.eye(2, requires_grad=True)
+    w = torch.tensor([[0.0, 0.0], [math.log(2), 0.0], [0.0, 0.0]], requires_grad=True)
+    ce = chunked_linear_cross_entropy(h, w, None, torch.tensor([1, 2]), chunk_size=1)
+    assert float(ce) == pytest.approx(math.log(2) + math.log(3))
+    ce.backward()
+    # d/dz of row 0: softmax [1/4, 1/2, 1/4] - onehot(1) = [1/4, -1/2, 1/4]; grad h0 = that @ W = [-ln2/2, 0]
+    assert h.grad[0].tolist() == pytest.approx([-math.log(2) / 2, 0.0])
+
+
+def test_bad_shapes_and_chunk():
+    fn = MLELoss(VOCAB)
+    hidden, weight, _, labels = _batch()
+    with pytest.raises(ValueError, match="hidden \\[B, T, H\\]"):
+        fn.from_hidden(hidden[0], weight, labels)
+    with pytest.raises(ValueError, match="chunk_size"):
+        fn.from_hidden(hidden, weight, labels, chunk_size=0)
+
+
+def test_peak_memory_is_one_chunk_not_the_logits():
+    """The forward and backward never hold an [M, V] block: with V large and a small chunk, the
+    autograd graph saves only h, W, targets and one log-sum-exp per row."""
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    fn = DELLoss(VOCAB, alpha=1.0)
+    g = torch.Generator().manual_seed(0)
+    Vbig, M = 5000, 2 * 40
+    hidden = torch.randn(2, 40, H, generator=g, requires_grad=True)
+    weight = torch.randn(Vbig, H, generator=g, requires_grad=True)
+    labels = torch.randint(0, Vbig, (2, 40), generator=g)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        r = fn.from_hidden(hidden, weight, labels, chunk_size=8)
+    r.loss.backward()
+    assert max(saved) <= Vbig * H  # the weight itself; never M x V
+    assert Vbig * H < M * Vbig
