@@ -120,8 +120,9 @@ sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS
 bench-tiny: setup ## Where a tiny run's time goes: step phases, Trainer overhead, pad share, sandboxed programs/s -> results/bench_tiny.json
 	$(PY) experiments/bench_tiny.py
 
-bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline)
+bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline) + the linear (fused head) form
 	$(PY) experiments/bench_losses.py
+	$(PY) experiments/bench_linear_loss.py
 
 eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven benchmarks (hf backend, CPU)
 	$(PY) -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval

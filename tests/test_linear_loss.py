@@ -138,3 +138,18 @@ def test_peak_memory_is_one_chunk_not_the_logits():
     r.loss.backward()
     assert max(saved) <= Vbig * H  # the weight itself; never M x V
     assert Vbig * H < M * Vbig
+
+
+def test_no_grad_forms_no_gradient_and_same_value(monkeypatch):
+    from numlearn.losses import linear
+
+    calls = []
+    real = linear._add_products
+    monkeypatch.setattr(linear, "_add_products", lambda *a: calls.append(1) or real(*a))
+    fn = DELLoss(VOCAB, alpha=1.0)
+    hidden, weight, _, labels = _batch()
+    with torch.no_grad():
+        r = fn.from_hidden(hidden, weight, labels, chunk_size=8)
+    assert not calls  # evaluation pays for the logits only
+    ref = fn(hidden @ weight.t(), labels)
+    torch.testing.assert_close(r.loss, ref.loss.detach())

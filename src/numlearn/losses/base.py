@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .digits import DigitVocab
-from .linear import DEFAULT_CHUNK, chunked_linear_cross_entropy
+from .linear import DEFAULT_CHUNK, linear_ce_and_digit_logits
 from .spans import IGNORE_INDEX, DigitTargets, number_spans, shift_targets
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
@@ -210,21 +210,20 @@ class DigitLoss(TokenLoss):
         if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
             raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
                              f"and {tuple(labels.shape)}")
-        H = hidden.shape[-1]
         targets = shift_targets(labels.to(hidden.device))
         flat_t = targets.reshape(-1)
-        h2 = hidden.reshape(-1, H)
+        h2 = hidden.reshape(-1, hidden.shape[-1])
         idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
-        ce_sum = chunked_linear_cross_entropy(h2[idx], lm_head_weight, lm_head_bias, flat_t[idx], chunk_size)
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
+            none = torch.zeros(0, dtype=torch.long, device=hidden.device)
+            ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
+                                                   chunk_size)
             ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
             return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
         dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
-        ids = self._digit_ids(hidden.device)
-        zd = h2[dt.rows] @ lm_head_weight[ids].t()
-        if lm_head_bias is not None:
-            zd = zd + lm_head_bias[ids]
-        return self._combine(ce_sum, zd.float(), dt, targets, num_items_in_batch, num_digits_in_batch,
+        ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
+                                                self._digit_ids(hidden.device), chunk_size)
+        return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step)
 
     def _combine(self, ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,

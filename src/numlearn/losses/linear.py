@@ -2,11 +2,11 @@
 
 ``chunked_linear_cross_entropy(h, W, b, targets)`` is ``sum_i CE(h_i @ W.T + b, t_i)`` over the
 rows of ``h`` (rows with a target only; the caller selects them), computed ``chunk_size`` rows at
-a time: the forward keeps one log-sum-exp per row, and the backward recomputes each chunk's
-logits to form its gradient (softmax minus one-hot) and multiplies it into ``grad h`` and
-``grad W`` at once. Peak memory beyond the inputs is one ``[chunk, V]`` fp32 block; the price is
-a second ``h @ W.T`` in the backward (about a third more head FLOPs than the materialised path:
-forward, recompute, two gradient products, against forward and two gradient products).
+a time. Because the loss is a sum, each chunk's gradient (softmax minus one-hot) is multiplied
+into ``grad h`` and ``grad W`` in the forward, while its logits exist; the backward only scales
+them by the upstream scalar (the approach of Liger-Kernel's fused linear cross-entropy). Peak
+memory beyond the inputs and the gradients is one ``[chunk, V]`` fp32 block, and the head costs
+the same three products as the materialised path. Under ``torch.no_grad`` no gradient is formed.
 
 The numeric losses need only the ten digit columns -- ``h[rows] @ W[digit_ids].T``, an
 ``[N, H] x [H, 10]`` product -- which ordinary autograd handles (``DigitLoss.from_hidden``).
@@ -31,45 +31,83 @@ def _chunk_logits(h_c: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 class _ChunkedLinearCE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, chunk_size: int):
-        K = h.shape[0]
-        lse = torch.empty(K, dtype=torch.float32, device=h.device)
-        total = torch.zeros((), dtype=torch.float32, device=h.device)
-        for s in range(0, K, chunk_size):
-            z = _chunk_logits(h[s : s + chunk_size], weight, bias)
-            lse_c = torch.logsumexp(z, dim=-1)
-            lse[s : s + chunk_size] = lse_c
-            total += (lse_c - z.gather(1, targets[s : s + chunk_size].unsqueeze(1)).squeeze(1)).sum()
-        ctx.save_for_backward(h, weight, bias if bias is not None else torch.empty(0), targets, lse)
-        ctx.has_bias, ctx.chunk_size = bias is not None, chunk_size
-        return total
+    """(summed CE over the rows ``idx`` of ``h``, fp32 ``[N, 10]`` logits of the rows ``rows`` at
+    the columns ``cols``).
+
+    CE's gradient does not wait for the backward: the loss is a sum, so its upstream gradient is a
+    scalar ``g``, and each chunk's ``softmax - onehot`` is multiplied into ``grad h`` and ``grad W``
+    while the chunk's logits exist (then scaled by ``g``). Fwd + bwd thus costs the three head
+    products of the materialised path, never a recomputation. The digit columns' gradient (known
+    only in the backward, ``[N, 10]``) is added into the same buffers -- indexing ``W[cols]`` under
+    autograd would allocate a second ``[V, H]`` gradient."""
 
     @staticmethod
-    def backward(ctx, g):
-        h, weight, bias, targets, lse = ctx.saved_tensors
-        bias = bias if ctx.has_bias else None
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
-        gh = torch.empty_like(h) if need_h else None
+    def forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size: int, grad_enabled: bool):
+        need_h, need_w, need_b = (n and grad_enabled for n in ctx.needs_input_grad[:3])
+        gh = torch.zeros_like(h) if need_h else None
         gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
-        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b and bias is not None else None
-        g = g.float()
-        for s in range(0, h.shape[0], ctx.chunk_size):
-            h_c = h[s : s + ctx.chunk_size]
+        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) \
+            if need_b and bias is not None else None
+        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        for s in range(0, idx.shape[0], chunk_size):
+            i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
+            h_c = h[i_c]
             z = _chunk_logits(h_c, weight, bias)
-            z.sub_(lse[s : s + ctx.chunk_size].unsqueeze(1)).exp_()  # softmax, in place
-            z[torch.arange(z.shape[0], device=z.device), targets[s : s + ctx.chunk_size]] -= 1.0
-            z.mul_(g)
+            lse = torch.logsumexp(z, dim=-1)
+            total += (lse - z.gather(1, t_c.unsqueeze(1)).squeeze(1)).sum()
+            if gh is None and gw is None and gb is None:
+                continue
+            z.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place: the chunk's gradient for g = 1
+            z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
             if gb is not None:
                 gb += z.sum(0)
-            # the logits' gradient in the model's dtype, as autograd hands it to lm_head's backward
-            z = z.to(h.dtype)
-            if gh is not None:
-                gh[s : s + ctx.chunk_size] = z @ weight
-            if gw is not None:
-                gw += (z.t() @ h_c).float()
+            _add_products(z, h_c, weight, gh, gw, i_c, None)
+        zd = _chunk_logits(h[rows], weight[cols], bias[cols] if bias is not None else None)
+        ctx.save_for_backward(h, weight, rows, cols, *(x if x is not None else torch.empty(0) for x in (gh, gw, gb)))
+        ctx.has = (gh is not None, gw is not None, gb is not None)
+        return total, zd
+
+    @staticmethod
+    def backward(ctx, g, g_zd):
+        h, weight, rows, cols, gh, gw, gb = ctx.saved_tensors
+        gh, gw, gb = (x if has else None for x, has in zip((gh, gw, gb), ctx.has))
+        g = g.float() if g is not None else torch.zeros((), device=h.device)
+        for x in (gh, gw, gb):
+            if x is not None:
+                x.mul_(g.to(x.dtype))
+        if g_zd is not None and rows.numel():
+            g_zd = g_zd.float()
+            if gb is not None:
+                gb.index_add_(0, cols, g_zd.sum(0))
+            _add_products(g_zd, h[rows], weight[cols], gh, gw, rows, cols)
         return (gh, gw.to(weight.dtype) if gw is not None else None,
-                gb.to(bias.dtype) if gb is not None else None, None, None)
+                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None)
+
+
+def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
+    """grad h[rows] += gz @ W[cols]; grad W[cols] += gz.T @ h[rows] (cols None: all of W). The
+    logits' gradient is taken in the model's dtype, as autograd hands it to lm_head's backward."""
+    gz = gz.to(h_rows.dtype)
+    if gh is not None:
+        gh.index_add_(0, rows, gz @ w_cols)
+    if gw is not None:
+        if cols is None and gz.dtype == gw.dtype:
+            gw.addmm_(gz.t(), h_rows)  # in place: no second [V, H] block
+        elif cols is None:
+            gw += (gz.t() @ h_rows).float()
+        else:
+            gw.index_add_(0, cols, (gz.t() @ h_rows).float())
+
+
+def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK):
+    """(summed CE of ``h[idx] @ W.T + b`` against ``targets``, fp32 ``[N, 10]`` logits
+    ``h[rows] @ W[cols].T + b[cols]``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a target;
+    ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids."""
+    if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
+        raise ValueError(f"expected h [M, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    return _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size), torch.is_grad_enabled())
 
 
 def chunked_linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -77,10 +115,6 @@ def chunked_linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: to
     """Summed cross-entropy of ``h @ weight.T + bias`` (``[K, H]``, ``[V, H]``, ``[V]`` or None)
     against ``targets`` (``[K]`` long, every row a real target), never holding more than
     ``chunk_size`` rows of logits."""
-    if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
-        raise ValueError(f"expected h [K, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
-    if int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if h.shape[0] == 0:
-        return (h.sum() + weight.sum()) * 0.0
-    return _ChunkedLinearCE.apply(h, weight, bias, targets, int(chunk_size))
+    none = torch.zeros(0, dtype=torch.long, device=h.device)
+    idx = torch.arange(h.shape[0], device=h.device)
+    return linear_ce_and_digit_logits(h, weight, bias, idx, targets, none, none, chunk_size)[0]

@@ -1,0 +1,128 @@
+"""The loss stage with the LM head, at Qwen2.5-1.5B's shapes (a benchmark, not a test).
+
+    python experiments/bench_linear_loss.py [--shapes 4x1024,4x1500] [--reps 1]   # part of make bench-losses
+
+The loss stage is the head matmul, the loss and their backward: hidden states ``h`` ``[B*T, H]``
+(H = 1536) and the head weight ``W`` ``[V, H]`` (V = 151,665) in, ``grad h`` and ``grad W`` out.
+Variants, each in its own subprocess (peak RSS is per process):
+  * ``hf_default`` -- ``logits = h @ W.T``; ``F.cross_entropy(logits.float())`` (what HF does);
+  * ``fused_logits`` -- the same logits, numlearn's DEL on them (one [M, V] gradient buffer);
+  * ``linear_ce`` / ``linear_del`` -- ``MLELoss`` / ``DELLoss.from_hidden``: chunked, the
+    logits never exist whole.
+Peak memory is the process's high-water RSS minus its RSS once h and W exist, minus the size of
+grad W and grad h (every variant ends holding them): the loss stage beyond the inputs, the
+parameter and the gradients. Ratios are from this one run.
+Goals (issue): linear <= 0.10x HF's peak at 4 x 1500, DEL adds < 1 % over linear CE, time <= 1.10x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+H, V = 1536, 151_665
+VARIANTS = ["hf_default", "fused_logits", "linear_ce", "linear_del"]
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int = V) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from numlearn.losses import DELLoss, DigitVocab, MLELoss
+
+    g = torch.Generator().manual_seed(0)
+    vocab = DigitVocab(tuple(range(15, 25)), 13)  # Qwen2.5's digit ids and "."
+    # labels: a number-heavy mix (about a third digits), every position a target
+    labels = torch.randint(100, V, (B, T), generator=g)
+    digits = torch.rand(B, T, generator=g) < 0.35
+    labels[digits] = torch.randint(15, 25, (int(digits.sum()),), generator=g)
+    h = (torch.randn(B * T, H, generator=g) * 0.5).requires_grad_()
+    W = torch.nn.Parameter(torch.randn(V, H, generator=g) * 0.02)
+    base = rss_mb()
+    grad_mb = (W.numel() + h.numel()) * 4 / 2**20  # grad W and grad h: every variant ends holding them
+    fns = {"fused_logits": DELLoss(vocab, alpha=1.28), "linear_del": DELLoss(vocab, alpha=1.28),
+           "linear_ce": MLELoss(vocab)}
+    times = []
+    for _ in range(reps):
+        h.grad = W.grad = None
+        t = time.perf_counter()
+        if variant == "hf_default":
+            logits = h @ W.t()
+            loss = F.cross_entropy(logits.float()[:-1], labels.view(-1)[1:])
+        elif variant == "fused_logits":
+            loss = fns[variant]((h @ W.t()).view(B, T, V), labels).loss
+        else:
+            loss = fns[variant].from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk).loss
+        loss.backward()
+        times.append(time.perf_counter() - t)
+        del loss
+        logits = None  # noqa: F841
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"variant": variant, "seconds": min(times), "peak_extra_mb": peak - base - grad_mb}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="4x1024,4x1500")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--chunk", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=V, help="smaller V / H for a quick check of the script only")
+    ap.add_argument("--hidden", type=int, default=H)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.one:
+        v, shape = a.one.split("@")
+        B, T = (int(x) for x in shape.split("x"))
+        print(json.dumps(one(v, B, T, a.reps, a.chunk, a.hidden, a.vocab)))
+        return 0
+    import torch
+
+    out = {"H": a.hidden, "V": a.vocab, "threads": torch.get_num_threads(), "chunk": a.chunk, "reps": a.reps, "shapes": {}}
+    for shape in a.shapes.split(","):
+        rows = {}
+        for v in VARIANTS:
+            r = subprocess.run([sys.executable, __file__, "--one", f"{v}@{shape}", "--reps", str(a.reps),
+                                "--chunk", str(a.chunk), "--vocab", str(a.vocab), "--hidden", str(a.hidden)],
+                               cwd=REPO, capture_output=True, text=True)
+            if r.returncode != 0:
+                rows[v] = {"variant": v, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+            else:
+                rows[v] = json.loads(r.stdout.strip().splitlines()[-1])
+            print(f"  {shape} {v}: {rows[v]}", file=sys.stderr, flush=True)
+        out["shapes"][shape] = rows
+        ref = rows["hf_default"]
+        print(f"\nB x T = {shape}, H = {a.hidden}, V = {a.vocab}, fp32, CPU threads {out['threads']}, chunk {a.chunk}, "
+              f"best of {a.reps}\n")
+        print("| variant | fwd+bwd s | time / HF | peak extra MB | mem / HF |")
+        print("|---|---|---|---|---|")
+        for v, r in rows.items():
+            if "error" in r:
+                print(f"| {v} | failed: {r['error']} | | | |")
+                continue
+            rt = r["seconds"] / ref["seconds"] if "seconds" in ref else float("nan")
+            rm = r["peak_extra_mb"] / ref["peak_extra_mb"] if "peak_extra_mb" in ref else float("nan")
+            print(f"| {v} | {r['seconds']:.2f} | {rt:.2f} | {r['peak_extra_mb']:.0f} | {rm:.3f} |")
+        if "peak_extra_mb" in rows["linear_ce"] and "peak_extra_mb" in rows["linear_del"]:
+            d = rows["linear_del"]["peak_extra_mb"] / max(rows["linear_ce"]["peak_extra_mb"], 1e-9) - 1
+            print(f"\nDEL over linear CE: peak memory {100 * d:+.1f} %, time "
+                  f"{100 * (rows['linear_del']['seconds'] / rows['linear_ce']['seconds'] - 1):+.1f} %")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
