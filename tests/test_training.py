@@ -240,3 +240,20 @@ def test_fused_linear_loss_refuses_what_it_cannot_do(tmp_path):
     with pytest.raises(ValueError, match="with FSDP is not supported"):
         check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=true",
                                "+train.fsdp=full_shard"))
+
+
+def test_same_command_same_weights(tmp_path):
+    """The embedded default's promise ("same command, same numbers" on one machine type): two runs
+    of one config, in different directories with fresh caches, end at bit-identical weights."""
+    from safetensors.torch import load_file
+
+    from numlearn.training.run import train
+
+    finals = []
+    for i in range(2):
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+            cfg = compose("config", overrides=[*SMALL, "loss=del", "loss.alpha=1.28", "train.torch_threads=1",
+                                               f"paths.output_dir={tmp_path}/out{i}", f"paths.cache_dir={tmp_path}/cache{i}"])
+        finals.append(load_file(train(cfg) / "final" / "model.safetensors"))
+    assert finals[0].keys() == finals[1].keys()
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
