@@ -82,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=H)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     a = ap.parse_args(argv)
     if a.one:
         v, shape = a.one.split("@")
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     out = {"H": a.hidden, "V": a.vocab, "threads": torch.get_num_threads(), "chunk": a.chunk, "reps": a.reps, "shapes": {}}
     for shape in a.shapes.split(","):
         rows = {}
-        for v in VARIANTS:
+        for v in a.variants.split(","):
             r = subprocess.run([sys.executable, __file__, "--one", f"{v}@{shape}", "--reps", str(a.reps),
                                 "--chunk", str(a.chunk), "--vocab", str(a.vocab), "--hidden", str(a.hidden)],
                                cwd=REPO, capture_output=True, text=True)
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
                 rows[v] = json.loads(r.stdout.strip().splitlines()[-1])
             print(f"  {shape} {v}: {rows[v]}", file=sys.stderr, flush=True)
         out["shapes"][shape] = rows
-        ref = rows["hf_default"]
+        ref = rows.get("hf_default", {})
         print(f"\nB x T = {shape}, H = {a.hidden}, V = {a.vocab}, fp32, CPU threads {out['threads']}, chunk {a.chunk}, "
               f"best of {a.reps}\n")
         print("| variant | fwd+bwd s | time / HF | peak extra MB | mem / HF |")
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
             rt = r["seconds"] / ref["seconds"] if "seconds" in ref else float("nan")
             rm = r["peak_extra_mb"] / ref["peak_extra_mb"] if "peak_extra_mb" in ref else float("nan")
             print(f"| {v} | {r['seconds']:.2f} | {rt:.2f} | {r['peak_extra_mb']:.0f} | {rm:.3f} |")
-        if "peak_extra_mb" in rows["linear_ce"] and "peak_extra_mb" in rows["linear_del"]:
+        if "peak_extra_mb" in rows.get("linear_ce", {}) and "peak_extra_mb" in rows.get("linear_del", {}):
             d = rows["linear_del"]["peak_extra_mb"] / max(rows["linear_ce"]["peak_extra_mb"], 1e-9) - 1
             print(f"\nDEL over linear CE: peak memory {100 * d:+.1f} %, time "
                   f"{100 * (rows['linear_del']['seconds'] / rows['linear_ce']['seconds'] - 1):+.1f} %")

@@ -53,11 +53,15 @@ class _ChunkedLinearCE(torch.autograd.Function):
             i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
             h_c = h[i_c]
             z = _chunk_logits(h_c, weight, bias)
-            lse = torch.logsumexp(z, dim=-1)
-            total += (lse - z.gather(1, t_c.unsqueeze(1)).squeeze(1)).sum()
+            # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
+            z_t = z.gather(1, t_c.unsqueeze(1)).squeeze(1)
+            m = z.max(dim=1, keepdim=True).values
+            z.sub_(m).exp_()
+            tot = z.sum(dim=1, keepdim=True)
+            total += (m.squeeze(1) + tot.squeeze(1).log() - z_t).sum()
             if gh is None and gw is None and gb is None:
                 continue
-            z.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place: the chunk's gradient for g = 1
+            z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
             z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
             if gb is not None:
                 gb += z.sum(0)
