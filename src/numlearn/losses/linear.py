@@ -60,12 +60,14 @@ class _ChunkedLinearCE(torch.autograd.Function):
             tot = z.sum(dim=1, keepdim=True)
             total += (m.squeeze(1) + tot.squeeze(1).log() - z_t).sum()
             if gh is None and gw is None and gb is None:
+                del z
                 continue
             z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
             z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
             if gb is not None:
                 gb += z.sum(0)
             _add_products(z, h_c, weight, gh, gw, i_c, None)
+            del z  # before the next chunk's block is allocated: one block alive, not two
         zd = _chunk_logits(h[rows], weight[cols], bias[cols] if bias is not None else None)
         ctx.save_for_backward(h, weight, rows, cols, *(x if x is not None else torch.empty(0) for x in (gh, gw, gb)))
         ctx.has = (gh is not None, gw is not None, gb is not None)
