@@ -65,13 +65,12 @@ def select(table: pd.DataFrame, column: str) -> dict:
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # the object API, not pyplot: no global backend switch (a notebook calling this keeps its own)
+    from matplotlib.figure import Figure
 
     cols = sorted(set(table["column"]))
-    fig, axes = plt.subplots(1, len(cols), figsize=(5 * len(cols), 4), squeeze=False)
+    fig = Figure(figsize=(5 * len(cols), 4))
+    axes = fig.subplots(1, len(cols), squeeze=False)
     for ax, col in zip(axes[0], cols):
         sub = table[table["column"] == col]
         mle = sub[sub["loss"] == "mle"]
@@ -91,7 +90,6 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:
