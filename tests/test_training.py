@@ -208,7 +208,8 @@ def test_length_grouped_batches_have_fewer_pads(tmp_path, monkeypatch):
     assert shares["group_by_length"] < 0.5 * shares["random"], shares
 
 
-def test_fused_linear_loss_trains_to_the_same_parameters(tmp_path):
+@pytest.mark.parametrize("accum", [1, 2])
+def test_fused_linear_loss_trains_to_the_same_parameters(tmp_path, accum):
     """train.fused_linear_loss=true (loss from hidden states, logits never formed) through the real
     Trainer: a few steps of the tiny model (tied embeddings) end at the same parameters as the
     logits path, and the logged CE and numeric term agree."""
@@ -219,7 +220,8 @@ def test_fused_linear_loss_trains_to_the_same_parameters(tmp_path):
     runs = {}
     for fused in (False, True):
         runs[fused] = train(_cfg(tmp_path, "loss=del", "loss.alpha=0.8", f"train.fused_linear_loss={fused}",
-                                 "train.loss_chunk_size=37", f"run_dir={tmp_path}/fused_{fused}"))
+                                 "train.loss_chunk_size=37", f"train.gradient_accumulation_steps={accum}",
+                                 f"run_dir={tmp_path}/fused_{fused}"))
     a, b = (AutoModelForCausalLM.from_pretrained(runs[f] / "final") for f in (False, True))
     assert a.config.tie_word_embeddings
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):

@@ -86,9 +86,9 @@ class ProgramExecutor:
     computing, so several in flight keep the cores busy (``make bench-tiny``). Each worker thread
     waits on one sandbox at a time; the sandbox is started without Python code between fork and
     exec (``_limited_exec.py``), so starting them from threads is safe. Only OS-isolated
-    programs run concurrently: the
-    unsafe process fallback cleans up after a timeout by killing every process of the sandbox
-    uid, which would take the neighbours with it, so there ``workers`` is 1.
+    programs run concurrently: the unsafe process fallback cleans up after a timeout by killing
+    every process of the sandbox uid, which would take the neighbours with it, so there
+    ``workers`` is 1.
     """
 
     def __init__(self, timeout_s: float, allow_unsafe: bool = False, workers: int = 1):
