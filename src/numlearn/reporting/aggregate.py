@@ -138,7 +138,7 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
         for label, dl in dm.groupby("label"):
             if label == base_label:
                 continue
-            cols = [c for c in sorted(set(dl["column"]) & set(base["column"]))]
+            cols = sorted(set(dl["column"]) & set(base["column"]))
             per_a = {c: _per_seed_matrix(dl, c) for c in cols}
             per_b = {c: _per_seed_matrix(base, c) for c in cols}
             cols = [c for c in cols if per_a[c] and per_b[c]]
@@ -169,22 +169,16 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
     return pd.DataFrame(out)
 
 
-def _ci_cell(r, lo="ci_low", hi="ci_high") -> str:
+def _ci_cell(r, lo="ci_low", hi="ci_high", f=".1f") -> str:
+    """"delta [low, high]", `*` when the (seed-aware) interval is significant; n/a without one."""
     if not np.isfinite(r[lo]):
-        return f"{r['delta']:+.1f} [n/a: {min(r['n_seeds'], r['n_seeds_baseline'])} seed]"
+        return f"{r['delta']:+{f}} [n/a: {min(r['n_seeds'], r['n_seeds_baseline'])} seed]"
     star = " *" if r.get("significant") and lo == "ci_low" else ""
-    return f"{r['delta']:+.1f} [{r[lo]:+.1f}, {r[hi]:+.1f}]{star}"
+    return f"{r['delta']:+{f}} [{r[lo]:+{f}}, {r[hi]:+{f}}]{star}"
 
 
 HELDOUT_METRICS = {"digit_acc": ("held-out digit acc (%)", 100.0), "digit_nll": ("held-out digit NLL (nats)", 1.0),
                    "digit_entropy": ("held-out digit entropy (nats)", 1.0), "ce": ("held-out token CE (nats)", 1.0)}
-
-
-def _heldout_cell(r) -> str:
-    f = ".1f" if HELDOUT_METRICS[r["metric"]][1] == 100.0 else ".3f"
-    if not np.isfinite(r["ci_low"]):
-        return f"{r['delta']:+{f}} [n/a: {min(r['n_seeds'], r['n_seeds_baseline'])} seed]"
-    return f"{r['delta']:+{f}} [{r['ci_low']:+{f}}, {r['ci_high']:+{f}}]" + (" *" if r["significant"] else "")
 
 
 def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000) -> tuple[str, pd.DataFrame]:
@@ -306,7 +300,8 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
             scale = h["metric"].map(lambda k: HELDOUT_METRICS[k][1])
             for c in ("delta", "ci_low", "ci_high"):
                 h[c] = h[c] * scale
-            h["cell"] = h.apply(_heldout_cell, axis=1)
+            h["cell"] = h.apply(lambda r: _ci_cell(r, f=".1f" if HELDOUT_METRICS[r["metric"]][1] == 100.0 else ".3f"),
+                                axis=1)
             h["metric"] = h["metric"].map(lambda k: HELDOUT_METRICS[k][0])
             hp = h.pivot_table(index=["model", "loss"], columns="metric", values="cell", aggfunc="first")
             md += ["", "Each loss minus MLE (seed bootstrap 95% CI, paired by seed; `*` as above):", "",
