@@ -51,7 +51,10 @@ sandbox: ## Install bubblewrap (the OS sandbox for generated programs) if missin
 		else echo "bubblewrap (bwrap) is missing: install it (e.g. sudo apt-get install bubblewrap); until then evaluation refuses to run generated programs unless eval.allow_unsafe_exec=true"; fi; }
 
 test: setup ## Run the default test tier (CPU, minutes)
-	$(PY) -m pytest -q -m "not slow and not vllm" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not slow and not vllm and not distributed" -p no:cacheprovider
+
+test-distributed: setup assets ## Multi-process tier: 2 CPU processes under accelerate (FSDP2/gloo), kill + resume, SLURM via submitit's local executor (~6 min)
+	$(PY) -m pytest -q -m distributed -p no:cacheprovider -s
 
 test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark smoke (CPU, ~10 min)
 	$(PY) -m pytest -q -m slow -p no:cacheprovider -s
@@ -138,4 +141,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup sandbox test test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-tiny bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup sandbox test test-distributed test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-tiny bench-losses eval-smoke train-smollm2 data clean

@@ -239,9 +239,23 @@ def test_fused_linear_loss_refuses_what_it_cannot_do(tmp_path):
 
     with pytest.raises(ValueError, match="works on full logits only"):
         check_run_options(_cfg(tmp_path, "loss=emo", "train.fused_linear_loss=true"))
-    with pytest.raises(ValueError, match="with FSDP is not supported"):
+    with pytest.raises(ValueError, match="FSDP1"):
         check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=true",
-                               "+train.fsdp=full_shard"))
+                               "train.fsdp=true", "train.fsdp_config.version=1"))
+    with pytest.raises(ValueError, match="choose true, false or auto"):
+        check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=yes"))
+    check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=true", "train.fsdp=true"))
+
+
+@pytest.mark.parametrize("loss, fused", [("del", True), ("mle", True), ("emo", False), ("mixce", False)])
+def test_paper_presets_fuse_the_head_for_every_loss_with_a_linear_form(loss, fused):
+    from numlearn.training.run import check_run_options, uses_fused_linear_loss
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=["experiment=ablation_qwen2.5-1.5b", f"loss={loss}"])
+    assert cfg.train.fused_linear_loss == "auto" and cfg.train.fsdp is True
+    check_run_options(cfg)  # the ablation's MixCE/EMO rows are not refused: auto leaves them on the logits
+    assert uses_fused_linear_loss(cfg) is fused
 
 
 def test_same_command_same_weights(tmp_path):
@@ -259,3 +273,18 @@ def test_same_command_same_weights(tmp_path):
         finals.append(load_file(train(cfg) / "final" / "model.safetensors"))
     assert finals[0].keys() == finals[1].keys()
     assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+
+
+def test_resume_skips_a_checkpoint_whose_save_was_interrupted(tmp_path):
+    from numlearn.training.run import last_complete_checkpoint
+
+    ckpts = tmp_path / "checkpoints"
+    assert last_complete_checkpoint(ckpts) is None
+    for step, complete in ((250, True), (500, True), (750, False)):
+        d = ckpts / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"x")
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    (ckpts / "checkpoint-tmp").mkdir()
+    assert last_complete_checkpoint(ckpts) == str(ckpts / "checkpoint-500")  # not 750, killed mid-save

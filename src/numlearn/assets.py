@@ -13,6 +13,8 @@ import argparse
 import hashlib
 import importlib.util
 import logging
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,9 +46,15 @@ def gguf_from_package(package: str, gguf_file: str, name: str, cache_dir: str | 
             del config.quantization_config
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(m.state_dict())
-        tmp = out.with_name(out.name + ".tmp")
+        # one temporary directory per process: the ranks of a launched job may all get here first
+        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
         plain.save_pretrained(tmp)
-        tmp.replace(out)
+        try:
+            tmp.replace(out)
+        except OSError:
+            if not (out / "config.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same export first
     return out
 
 

@@ -38,7 +38,8 @@ class LossBridge:
         self.step_digits: int | None = None
         self.microbatches_in_step: int = 1  # GA x processes, for aux_normalization=microbatch_mean
         self._sums: dict[str, float] = defaultdict(float)
-        self._n = 0
+        self._n = 0  # micro-batches since the last log
+        self._steps = 0  # optimizer steps since the last log
         self._head = None
         self._hidden = None
 
@@ -75,12 +76,33 @@ class LossBridge:
             self._n += 1
         return out.loss
 
-    def pop_means(self) -> dict[str, float]:
-        if not self._n:
-            return {}
-        means = {k: v / self._n for k, v in self._sums.items()}
+    def start_step(self, step_digits: int | None) -> None:
+        """Called once per optimizer step, before its micro-batches (``get_batch_samples``)."""
+        self.step_digits = step_digits
+        self._steps += 1
+        if step_digits is not None:
+            self._sums["train/step_digits"] += float(step_digits)
+
+    def pop_means(self, all_reduce=None) -> dict[str, float]:
+        """Per-step means since the last call. ``loss/ce`` and ``loss/aux`` are each micro-batch's share of
+        its step's loss (normalised by the step's totals), so they are summed over the step's
+        micro-batches -- and over processes, through ``all_reduce`` (an in-place SUM over ranks) -- and
+        averaged over steps: ``loss == loss/ce + loss/aux`` in every layout. Digit statistics are
+        per-micro-batch means, averaged over all micro-batches of all processes."""
+        keys = sorted(self._sums)
+        share = [k for k in keys if k.startswith("loss/")]
+        stats = [k for k in keys if k.startswith("train/") and k != "train/step_digits"]
+        vals = torch.tensor([self._sums[k] for k in share + stats] + [float(self._n)], dtype=torch.float64)
+        if all_reduce is not None:
+            vals = all_reduce(vals)
+        n_micro, steps = float(vals[-1]), self._steps
+        means = {k: float(v) / steps for k, v in zip(share, vals[: len(share)])} if steps else {}
+        if n_micro:
+            means.update({k: float(v) / n_micro for k, v in zip(stats, vals[len(share) : -1])})
+        if steps and "train/step_digits" in self._sums:
+            means["train/step_digits"] = self._sums["train/step_digits"] / steps
         self._sums.clear()
-        self._n = 0
+        self._n = self._steps = 0
         return means
 
 
@@ -90,19 +112,42 @@ class NumlearnTrainer(Trainer):
         self.loss_bridge = loss_bridge
         loss_bridge.microbatches_in_step = self.args.gradient_accumulation_steps * max(self.args.world_size, 1)
 
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+        state = self.accelerator.state
+        if self.args.fsdp_plugin_args and not self.is_fsdp_enabled and state.distributed_type == DistributedType.MULTI_CPU:
+            # accelerate enables its FSDP plugin for accelerator devices only: CPU processes would
+            # silently get DDP. FSDP2 shards over gloo, so the GPU path (sharded wrap, full-state
+            # saves, sharded checkpoints and resume) is promoted to run here as well.
+            state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
+            state.distributed_type = DistributedType.FSDP
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # as AcceleratorState does on GPUs
+            self.is_fsdp_enabled = True
+
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         vocab = getattr(self.loss_bridge.loss_fn, "vocab", None)
+        step_digits = None
         if vocab is not None and batch_samples:
             n = torch.tensor(sum(count_digit_targets(b["labels"], vocab) for b in batch_samples), device=device)
             if self.args.world_size > 1:
-                n = self.accelerator.gather(n).sum()
-            self.loss_bridge.step_digits = int(n)
+                n = self.accelerator.gather(n).sum()  # the step's digit targets on every process
+            step_digits = int(n)
+        if batch_samples:
+            self.loss_bridge.start_step(step_digits)
         return batch_samples, num_items
+
+    def _sum_over_processes(self, t: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(t.to(self.args.device), reduction="sum").cpu()
 
     def log(self, logs, *args, **kwargs):
         if "loss" in logs:
-            logs = {**logs, **self.loss_bridge.pop_means()}
+            # log() runs on every process (the Trainer gathers its own loss first), so a collective is safe here
+            reduce = self._sum_over_processes if self.args.world_size > 1 else None
+            logs = {**logs, **self.loss_bridge.pop_means(reduce)}
         super().log(logs, *args, **kwargs)
 
 

