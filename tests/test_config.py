@@ -40,7 +40,35 @@ def test_hydra_launcher_configs_need_plugin():
                         reason="hydra-submitit-launcher not installed (pip install -e '.[slurm]')")
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         for f in files:
-            compose("config", overrides=[f"hydra/launcher={f.stem}"], return_hydra_config=True)
+            launcher = compose("config", overrides=[f"hydra/launcher={f.stem}"], return_hydra_config=True).hydra.launcher
+            # one process per device: a task holding several GPUs would be one rank (DataParallel, no FSDP)
+            if launcher.gpus_per_node:
+                assert launcher.tasks_per_node == launcher.gpus_per_node, f.name
+
+
+def test_accelerate_configs_differ_only_in_layout_and_device():
+    """The CPU config the distributed tests run is the GPU presets' config with another process
+    count and device; the Trainer's own FSDP settings (conf/train/paper.yaml) match them."""
+    import yaml
+
+    from numlearn.training.run import world_size_from_env  # noqa: F401  (the layout is read from the env)
+
+    acc = REPO / "experiments" / "accelerate"
+    cfgs = {f.stem: yaml.safe_load(f.read_text()) for f in sorted(acc.glob("*.yaml"))}
+    assert set(cfgs) == {"fsdp_2cpu", "fsdp_4gpu", "fsdp_8gpu"}
+    layout = {"num_processes", "use_cpu", "mixed_precision"}
+    strip = [{k: v for k, v in c.items() if k not in layout} for c in cfgs.values()]
+    assert all(s == strip[0] for s in strip)
+    assert (cfgs["fsdp_2cpu"]["num_processes"], cfgs["fsdp_4gpu"]["num_processes"],
+            cfgs["fsdp_8gpu"]["num_processes"]) == (2, 4, 8)
+    assert cfgs["fsdp_2cpu"]["use_cpu"] and not cfgs["fsdp_8gpu"]["use_cpu"]
+    fsdp = cfgs["fsdp_4gpu"]["fsdp_config"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        train = compose("config", overrides=["experiment=table1_qwen2.5-1.5b"]).train
+    assert train.fsdp is True and fsdp["fsdp_version"] == train.fsdp_config.version == 2
+    assert fsdp["fsdp_reshard_after_forward"] is train.fsdp_config.reshard_after_forward is True
+    assert fsdp["fsdp_state_dict_type"] == train.fsdp_config.state_dict_type
+    assert fsdp["fsdp_auto_wrap_policy"] == train.fsdp_config.auto_wrap_policy
 
 
 def test_run_dir_is_named_from_model_loss_alpha_seed():

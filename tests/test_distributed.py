@@ -95,6 +95,7 @@ def test_two_processes_are_one_process_with_accumulation(tmp_path, norm):
     two = _run(tmp_path, "two", 2, *common, "train.gradient_accumulation_steps=1")
     m1, m2 = json.loads((one / "run.json").read_text()), json.loads((two / "run.json").read_text())
     assert (m1["world_size"], m1["grad_accum"]) == (1, 2) and (m2["world_size"], m2["grad_accum"]) == (2, 1)
+    assert (m1["launch"]["launcher"], m2["launch"]["launcher"]) == ("python", "accelerate") and m2["fsdp"]
     # microbatch_sum's weight grows with GA x processes: the same 2 micro-batches per step here
     assert m1["aux_effective_weight"] == pytest.approx(m2["aux_effective_weight"])
     assert m2["aux_effective_weight"] == pytest.approx(0.5 * (2 if norm == "microbatch_sum" else 1))
@@ -206,3 +207,55 @@ def test_real_pretrained_model_on_gsm8k_with_two_sharded_processes(tmp_path, dat
 
     model = AutoModelForCausalLM.from_pretrained(run_json.parent / "final")
     assert sum(p.numel() for p in model.parameters()) == meta["n_params"]
+
+
+def test_slurm_path_through_submitit_local_executor(tmp_path):
+    """The SLURM launcher's layout (a job per multirun cell, one task per device, each task one rank)
+    on submitit's local executor: hydra/launcher=local_2cpu. Each job trains the same objective as
+    one process with accumulation, and run.json records the job's real world size."""
+    overrides = ["loss=del", "train.max_steps=3", "train.save_steps=100"]
+    r = subprocess.run([sys.executable, "-m", "numlearn.train", "-m", *SMALL, f"paths.output_dir={tmp_path}/slurm",
+                        f"paths.cache_dir={tmp_path}/cache", *overrides, "loss.alpha=0.5,1.0", "train.fsdp=true",
+                        "hydra/launcher=local_2cpu"],
+                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-5000:])
+    runs = {p.parent.parent.name: p.parent for p in (tmp_path / "slurm").rglob("run.json")}
+    assert sorted(runs) == ["alpha=0.5", "alpha=1.0"]
+    for run_dir in runs.values():
+        meta = json.loads((run_dir / "run.json").read_text())
+        assert meta["status"] == "complete" and meta["world_size"] == 2 and meta["fsdp"]
+        assert meta["launch"]["launcher"] == "submitit-local" and meta["launch"]["world_size"] == "2"
+    reference = _run(tmp_path, "one", 1, *overrides, "loss.alpha=0.5", "train.gradient_accumulation_steps=2")
+    for a, b in zip(_logs(reference), _logs(runs["alpha=0.5"])):
+        assert b["train/step_digits"] == a["train/step_digits"]
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    w1, w2 = _weights(reference), _weights(runs["alpha=0.5"])
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_slurm_task_exports_its_rank_and_the_job_world_size(monkeypatch):
+    """Task 5 of a 2-node x 4-GPU job, as SLURM describes it to the process: the env:// variables
+    the Trainer initialises torch.distributed from."""
+    pytest.importorskip("submitit")
+    from numlearn.training.launch import DIST_VARS, export_submitit_distributed_env, launch_info
+
+    for k in DIST_VARS:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "8",
+                 "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+                 "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_STEP_NODELIST": "gpu[07-08]"}.items():
+        monkeypatch.setenv(k, v)
+    env = export_submitit_distributed_env()
+    assert env["RANK"] == "5" and env["WORLD_SIZE"] == "8" and env["LOCAL_RANK"] == "1"
+    assert env["LOCAL_WORLD_SIZE"] == "4" and env["MASTER_ADDR"] == "gpu07"
+    assert 20000 <= int(env["MASTER_PORT"]) <= 60000
+    from numlearn.training.run import world_size_from_env
+
+    assert world_size_from_env() == 8
+    info = launch_info()
+    assert info["launcher"] == "submitit-slurm" and info["slurm_job_id"] == "4242" and info["world_size"] == "8"
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # one task: nothing to export
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    assert export_submitit_distributed_env() is None

@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.provenance import provenance, write_json
+from numlearn.training.launch import launch_info
 from numlearn.rundirs import run_is_complete
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,7 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
                                      "alpha for aux_normalization=step or microbatch_mean, alpha x grad_accum x "
                                      "world_size for microbatch_sum (train-qwen-deepseek.py)",
         **official_weight_check(cfg, plan),
-        "grad_accum": plan.grad_accum, "world_size": plan.world_size,
+        "grad_accum": plan.grad_accum, "world_size": plan.world_size, "launch": launch_info(),
         "template": plan.template.describe(),
         "boundary": cfg.data.get("boundary", "split"),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
