@@ -73,6 +73,27 @@ $(VLLM_VENV)/.installed: pyproject.toml
 test-vllm: $(VLLM_VENV)/.installed ## Real vLLM backend (CPU build, separate venv) vs the hf backend on a tiny model
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider -s
 
+# vLLM (the CPU build, its own venv) against the hf backend on a real model and the real benchmarks:
+# SmolLM2-135M-Instruct, the first VS_LIMIT problems of each of the seven, the paper protocol (PoT with
+# CoT backup, official scoring), generations capped at VS_CAP tokens (CPU time).
+VS_LIMIT ?= 20
+VS_CAP ?= 256
+VS_ARGS = experiment=eval_smoke_smollm2 eval.limit=$(VS_LIMIT) eval.max_new_tokens_cap=$(VS_CAP) eval.batch_size=20
+vllm-vs-hf: setup assets $(VLLM_VENV)/.installed ## vLLM vs hf on SmolLM2-135M, 7 benchmarks x VS_LIMIT problems: agreement + tokens/s -> results/vllm_vs_hf
+	$(PY) -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval
+	$(PY) -m numlearn.evaluate $(VS_ARGS) eval_dir=outputs/vllm_vs_hf/hf
+	VLLM_CPU_KVCACHE_SPACE=2 $(VLLM_VENV)/bin/python -m numlearn.evaluate $(VS_ARGS) eval.backend=vllm \
+		eval.enforce_eager=true eval.max_model_len=2048 eval_dir=outputs/vllm_vs_hf/vllm
+	$(PY) experiments/vllm_vs_hf.py outputs/vllm_vs_hf/hf outputs/vllm_vs_hf/vllm --out results/vllm_vs_hf \
+		--command "make vllm-vs-hf VS_LIMIT=$(VS_LIMIT) VS_CAP=$(VS_CAP)"
+
+# One script for a short GPU loan (<= 8 min on one H100/H200): experiments/gpu_check.sh; --dry-run on CPU.
+gpu-check-wheels: setup ## The small wheels the GPU machine lacks (hydra-core, omegaconf, antlr4), into .gpu_check_wheels (carried with the tree)
+	$(PIP) wheel -q --no-deps -w .gpu_check_wheels hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
+
+gpu-check-dry-run: setup data assets ## The GPU check's plan, files and imports, and 2 steps of a shrunken model, on CPU
+	bash experiments/gpu_check.sh --dry-run
+
 lint: setup ## ruff
 	$(VENV)/bin/ruff check src tests experiments
 
@@ -141,4 +162,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup sandbox test test-distributed test-slow test-vllm lint assets reproduce-table1 sweep-alpha bench-tiny bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha bench-tiny bench-losses eval-smoke train-smollm2 data clean

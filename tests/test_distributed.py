@@ -259,3 +259,20 @@ def test_a_slurm_task_exports_its_rank_and_the_job_world_size(monkeypatch):
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setenv("SLURM_LOCALID", "0")
     assert export_submitit_distributed_env() is None
+
+
+def test_gpu_check_dry_run(tmp_path, data_dir, shared_tokenizers):
+    """experiments/gpu_check.sh --dry-run: the plan, every file and import, the accelerate launch of
+    both losses (2 steps of a shrunken Qwen2.5-shaped model, real tokenizer) and the generation step."""
+    env = {**_env(), "NUMLEARN_DATA_DIR": str(data_dir), "NUMLEARN_ASSETS_DIR": str(shared_tokenizers.parent),
+           "PYTHON": sys.executable}
+    r = subprocess.run(["bash", "experiments/gpu_check.sh", "--dry-run", "--work", str(tmp_path)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    s = json.loads((tmp_path / "dry_run" / "summary.json").read_text())
+    assert s["dry_run"] and s["records"]["n"] == 8
+    for loss in ("mle", "del"):
+        t = s["train"][loss]
+        assert t["global_step"] == 2 and t["fused_linear_loss"] and t["world_size"] == 1
+    assert s["train"]["del"]["aux_effective_weight"] == 1.28 and s["train"]["del"]["last_log"]["loss/aux"] > 0
+    assert s["generation"]["prompts"] == 4 and s["generation"]["generated_tokens"] > 0

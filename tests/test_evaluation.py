@@ -253,3 +253,31 @@ def test_lines_that_are_not_objects_are_dropped_and_counted(tmp_path):
     out.write_text('5\n"text"\n[1]\n{"no_id": 1}\n')
     info = evaluate_problems(_problems(2), ScriptedBackend(lambda p: "The answer is 0."), "svamp", "cot", SAMPLING, out)
     assert info["n_dropped_lines"] == 4 and len(read_jsonl(out)[0]) == 2
+
+
+@pytest.mark.parametrize("overrides, tp", [([], 4), (["eval.tensor_parallel_size=2"], 2)])
+def test_paper_preset_engine_arguments_reach_vllm(monkeypatch, overrides, tp):
+    """What the paper preset asks of vLLM is what vllm.LLM receives (TP > 1 cannot run on a CPU, so
+    the engine is a recorder here; the real engine runs in `make test-vllm` / `make vllm-vs-hf`)."""
+    import sys
+    import types
+
+    seen = {}
+
+    class RecordingLLM:
+        def __init__(self, **kwargs):
+            seen.update(kwargs)
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.__version__ = RecordingLLM, "recorder"
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    from numlearn.evaluate import backend_from_config
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("evaluate", overrides=["experiment=table1_qwen2.5-1.5b", "loss=del", *overrides])
+    backend = backend_from_config(cfg.eval, "/models/qwen", seed=3)
+    # the official run_open.py / run_choice.py: LLM(model, tensor_parallel_size=4, dtype="bfloat16")
+    assert seen["tensor_parallel_size"] == tp and seen["dtype"] == "bfloat16"
+    assert seen["model"] == "/models/qwen" and seen["seed"] == 3
+    assert seen["max_model_len"] == cfg.eval.max_model_len and seen["generation_config"] == "vllm"
+    assert backend.describe()["tensor_parallel_size"] == tp

@@ -18,8 +18,18 @@ from omegaconf import DictConfig, OmegaConf
 from numlearn.cli import check_group_overrides, conf_dir, fail
 
 
+def backend_from_config(ecfg, model_path: str, seed: int = 0):
+    """The generation backend an ``eval`` config describes (every engine argument from config)."""
+    from numlearn.evaluation.backends import get_backend
+
+    return get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
+                       tensor_parallel_size=int(ecfg.get("tensor_parallel_size") or 1),
+                       max_model_len=ecfg.get("max_model_len", 4096), seed=int(seed),
+                       enforce_eager=ecfg.get("enforce_eager", False))
+
+
 def run_evaluation(cfg: DictConfig) -> list[Path]:
-    from numlearn.evaluation.backends import SamplingConfig, get_backend
+    from numlearn.evaluation.backends import SamplingConfig
     from numlearn.evaluation.benchmarks import load_benchmark
     from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import compute_metrics
@@ -61,10 +71,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     if not Path(model_path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hub_cache(model_path):
         raise FileNotFoundError(f"model {model_path!r} is neither a directory nor a cached hub model, and the hub is "
                                 "offline (HF_HUB_OFFLINE=1): pass model_path=<model dir> or train the run first")
-    backend = get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
-                          tensor_parallel_size=ecfg.get("tensor_parallel_size", 1),
-                          max_model_len=ecfg.get("max_model_len", 4096), seed=int(cfg.seed),
-                          enforce_eager=ecfg.get("enforce_eager", False))
+    backend = backend_from_config(ecfg, model_path, seed=int(cfg.seed))
     prov = provenance()
     # what the generations come from, fixed for this evaluation (the model dir is walked once)
     model_key = {"model": model_fingerprint(model_path), "backend": backend.name,

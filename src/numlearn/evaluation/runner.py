@@ -238,13 +238,25 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
     todo = [p for p in problems if p.id not in done_ids]
     bar = _Progress(len(todo), f"{benchmark.name}/{mode}")
     t0 = time.time()
+    before = dict(getattr(backend, "stats", None) or {})
     n_backups = 0
     with ProgramExecutor(pot_timeout_s, allow_unsafe_exec, program_workers) as programs:
         n_backups = _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark,
                                       expected, programs, out_path, protocol, force_choice_letter, symbolic_math, bar)
     bar.close()
     return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
-            "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2)}
+            "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2),
+            **_throughput(before, getattr(backend, "stats", None))}
+
+
+def _throughput(before: dict, after: dict | None) -> dict:
+    """Tokens generated for this call and the backend's own generation time (programs excluded)."""
+    if not after:
+        return {}
+    tokens = after["generated_tokens"] - before.get("generated_tokens", 0)
+    secs = after["generate_seconds"] - before.get("generate_seconds", 0.0)
+    return {"generated_tokens": int(tokens), "backend_generate_seconds": round(secs, 3),
+            "tokens_per_s": round(tokens / secs, 1) if secs > 0 else None}
 
 
 def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark, expected,

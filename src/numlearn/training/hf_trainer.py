@@ -11,6 +11,7 @@ overrides of public hooks add what the losses need:
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -160,7 +161,8 @@ class MetricsJSONL(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, **logs}) + "\n")
+                f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, "time": round(time.time(), 3),
+                                    **logs}) + "\n")
 
 
 class ProgressPrinter(TrainerCallback):

@@ -26,8 +26,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.provenance import provenance, write_json
-from numlearn.training.launch import launch_info
 from numlearn.rundirs import run_is_complete
+from numlearn.training.launch import launch_info
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +369,8 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         fsdp_config=(OmegaConf.to_container(tcfg.fsdp_config, resolve=True)
                      if tcfg.get("fsdp") and tcfg.get("fsdp_config") else None),
         gradient_checkpointing=bool(tcfg.get("gradient_checkpointing", False)),
+        # non-padding input tokens in every log record (a gather per micro-batch: throughput checks)
+        include_num_input_tokens_seen="non_padding" if tcfg.get("count_input_tokens", False) else "no",
         average_tokens_across_devices=True,
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
         train_sampling_strategy=str(tcfg.get("sampling") or "random"),
@@ -400,6 +402,9 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     t0 = time.time()
     try:
         result = trainer.train(resume_from_checkpoint=last)
+        # this process's peak during training (before the final save and the held-out pass)
+        peak = ({"allocated_bytes": torch.cuda.max_memory_allocated(), "reserved_bytes": torch.cuda.max_memory_reserved(),
+                 "device": torch.cuda.get_device_name()} if use_cuda else None)
         trainer.save_model(str(final_dir))
         if trainer.is_world_process_zero():
             tokenizer.save_pretrained(str(final_dir))
@@ -416,6 +421,8 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
                          "train_loss_note": "mean of the logged losses over the whole run, resumes included"}
         meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2), resumed_from=last,
                     train_metrics=train_metrics, heldout=held, global_step=trainer.state.global_step)
+        if peak is not None:
+            meta["peak_gpu_memory"] = peak
         if trainer.is_world_process_zero():
             write_json(meta_path, meta)
             print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)

@@ -37,7 +37,18 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
 
 
 class Backend:
+    """``stats``: what this backend has generated so far (tokens after the prompt, cut where decoding
+    stopped; padding not counted) and the seconds spent in ``generate``, for throughput reports."""
+
     name = "base"
+
+    def __init__(self):
+        self.stats = {"prompts": 0, "generated_tokens": 0, "generate_seconds": 0.0}
+
+    def _record(self, n_prompts: int, n_tokens: int, seconds: float) -> None:
+        self.stats["prompts"] += int(n_prompts)
+        self.stats["generated_tokens"] += int(n_tokens)
+        self.stats["generate_seconds"] += float(seconds)
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[str]:
         """Completions (text after the prompt, cut at the first stop string), one per prompt."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .base import Backend, SamplingConfig, truncate_at_stop
@@ -16,6 +18,7 @@ class HFBackend(Backend):
 
         from numlearn.dtypes import resolve_dtype
 
+        super().__init__()
         dt = resolve_dtype(dtype)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
@@ -47,8 +50,10 @@ class HFBackend(Backend):
             idx = order[s : s + self.batch_size]
             enc = self.tokenizer([prompts[i] for i in idx], return_tensors="pt", padding=True,
                                  add_special_tokens=True).to(self.device)
+            t0 = time.perf_counter()
             gen = self.model.generate(**enc, generation_config=gen_cfg, tokenizer=self.tokenizer)
             new = gen[:, enc["input_ids"].shape[1] :]
+            self._record(len(idx), int((new != self.tokenizer.pad_token_id).sum()), time.perf_counter() - t0)
             texts = self.tokenizer.batch_decode(new, skip_special_tokens=True)
             for i, t in zip(idx, texts):
                 out[i] = truncate_at_stop(t, sampling.stop)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from .base import Backend, SamplingConfig, truncate_at_stop
 
 
@@ -16,6 +18,7 @@ class VLLMBackend(Backend):
         except ImportError as e:
             raise ImportError("eval.backend=vllm needs vLLM: pip install -e '.[vllm]' on a GPU machine "
                               "(or the CPU build, see `make test-vllm`); eval.backend=hf runs anywhere") from e
+        super().__init__()
         kwargs = dict(model=str(model_path), tokenizer=str(tokenizer_path or model_path), dtype=dtype,
                       tensor_parallel_size=int(tensor_parallel_size), max_model_len=int(max_model_len),
                       seed=int(seed), enforce_eager=bool(enforce_eager), generation_config="vllm")
@@ -40,7 +43,9 @@ class VLLMBackend(Backend):
 
         sp = SamplingParams(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                             max_tokens=int(sampling.max_new_tokens), stop=list(sampling.stop) or None, seed=0)
+        t0 = time.perf_counter()
         outs = self.llm.generate(prompts, sp, use_tqdm=False)
+        self._record(len(prompts), sum(len(o.outputs[0].token_ids) for o in outs), time.perf_counter() - t0)
         texts = [truncate_at_stop(o.outputs[0].text, sampling.stop) for o in outs]
         if progress is not None:
             progress(len(prompts))

@@ -1,0 +1,233 @@
+"""The GPU check behind experiments/gpu_check.sh: does the paper-scale path run, and what does the
+numeric term cost at the paper model's shapes? One JSON summary.
+
+    bash experiments/gpu_check.sh               # on one H100/H200, <= 8 minutes, nothing downloaded
+    bash experiments/gpu_check.sh --dry-run     # on a CPU: the plan, every file and import, 2 steps of a shrunken model
+
+Steps (each a real run of the project's code):
+1. long training records from GSM8K train (several worked solutions per example, ~1,400 tokens with
+   the Qwen2.5 tokenizer), so the batches are at the paper's max_length 1500;
+2. per loss (MLE, then DEL at the Qwen2.5-1.5B row's effective weight 1.28):
+   ``accelerate launch --config_file experiments/accelerate/fsdp_4gpu.yaml --num_processes 1 -m numlearn.train
+   experiment=gpu_check`` -- the Qwen2.5-1.5B architecture from scratch, the real tokenizer (V = 151,665),
+   bf16, the fused linear loss (train.fused_linear_loss=auto), 40 steps of 4 x <=1500 tokens;
+   tokens/s over the steps after the first logging interval (compilation and allocator warm-up
+   excluded), peak GPU memory of training (run.json);
+3. generation with the hf backend on 64 GSM8K test prompts (the evaluation's prompt format) from
+   the DEL run's final/ model: prompts/s and tokens/s.
+Goal (README, issue): the DEL term costs < 3 % time and < 2 % peak memory over MLE at this scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+IMPORTS = ("torch", "transformers", "accelerate", "safetensors", "tokenizers", "hydra", "omegaconf", "numlearn",
+           "numlearn.losses", "numlearn.training.run", "numlearn.evaluation.backends.hf_backend")
+SHRINK = ["model.config.hidden_size=64", "model.config.intermediate_size=128", "model.config.num_hidden_layers=2",
+          "model.config.num_attention_heads=4", "model.config.num_key_value_heads=2", "model.dtype=float32",
+          "train.max_steps=2", "train.logging_steps=1", "train.max_length=256", "train.per_device_train_batch_size=2",
+          "train.gradient_checkpointing=false"]
+GOALS = {"time": 0.03, "memory": 0.02}
+
+
+def _first_existing(*cands: Path) -> Path | None:
+    return next((c for c in cands if c.exists()), None)
+
+
+def plan(a) -> dict:
+    """Every file and import the check needs, resolved (and refused, with the fix, when missing)."""
+    assets = Path(os.environ.get("NUMLEARN_ASSETS_DIR") or _first_existing(REPO / "assets", REPO.parent / "shared" / "assets")
+                  or REPO / "assets")
+    data = Path(os.environ.get("NUMLEARN_DATA_DIR") or _first_existing(REPO / "data", REPO.parent / "shared" / "data")
+                or REPO / "data")
+    p = {
+        "accelerate_config": REPO / "experiments" / "accelerate" / ("fsdp_2cpu.yaml" if a.dry_run else "fsdp_4gpu.yaml"),
+        "tokenizer": assets / "tokenizers" / "qwen2.5",
+        "gsm8k_train": data / "train" / "gsm8k" / "train.jsonl",
+        "gsm8k_test": data / "benchmarks" / "gsm8k" / "gsm8k.jsonl",
+        "experiment": REPO / "conf" / "experiment" / "gpu_check.yaml",
+        "model_config": REPO / "conf" / "model" / "qwen2.5-1.5b-scratch.yaml",
+    }
+    missing = [f"{k}: {v}" for k, v in p.items() if not v.exists()]
+    bad_imports = []
+    for mod in IMPORTS:
+        try:
+            importlib.import_module(mod)
+        except Exception as e:  # noqa: BLE001 -- reported, then refused
+            bad_imports.append(f"{mod}: {type(e).__name__}: {e}")
+    if missing or bad_imports:
+        raise SystemExit("gpu_check: cannot run --\n  " + "\n  ".join(missing + bad_imports) +
+                         "\nfix: `make data assets` (or NUMLEARN_DATA_DIR / NUMLEARN_ASSETS_DIR), and the wheels in "
+                         "experiments/gpu_check.sh's WHEELS folder for hydra-core/omegaconf")
+    import torch
+
+    if not a.dry_run and not torch.cuda.is_available():
+        raise SystemExit("gpu_check: no CUDA device (use --dry-run on a CPU)")
+    return {k: str(v) for k, v in p.items()} | {"data_root": str(data)}
+
+
+def long_records(train_file: Path, tokenizer_dir: Path, out: Path, n: int, target_tokens: int) -> dict:
+    """Training examples of ~target_tokens: a GSM8K question whose response is its own worked solution
+    followed by the next problems' questions and solutions (real text and real numbers, paper length)."""
+    from transformers import AutoTokenizer
+
+    from numlearn.data.sources import load_local
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    recs = load_local(train_file, None)
+    rows, i, lengths = [], 0, []
+    while len(rows) < n and i < len(recs):
+        inst, parts, length = recs[i]["instruction"], [recs[i]["output"]], 0
+        length = len(tok(inst + parts[0])["input_ids"])
+        j = i + 1
+        while j < len(recs) and length < target_tokens:
+            extra = f"\n\nNext problem: {recs[j]['instruction']}\n{recs[j]['output']}"
+            n_extra = len(tok(extra)["input_ids"])
+            if length + n_extra > target_tokens:
+                break
+            parts.append(extra)
+            length += n_extra
+            j += 1
+        rows.append({"instruction": inst, "output": "".join(parts)})
+        lengths.append(length)
+        i = j
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"file": str(out), "n": len(rows), "mean_tokens": sum(lengths) / max(len(lengths), 1),
+            "max_tokens": max(lengths, default=0)}
+
+
+def train_one(a, p: dict, loss: str, records: str, out_dir: Path) -> dict:
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", p["accelerate_config"], "--num_processes", "1",
+           "-m", "numlearn.train", "experiment=gpu_check", f"loss={loss}", f"paths.output_dir={out_dir}",
+           f"paths.assets_dir={Path(p['tokenizer']).parent.parent}", f"data.files=[{records}]",
+           f"train.max_steps={a.steps}"]
+    if a.dry_run:
+        cmd += SHRINK
+    t0 = time.time()
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=a.timeout)
+    wall = time.time() - t0
+    log = out_dir / f"{loss}.log"
+    log.write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
+    if r.returncode != 0:
+        raise SystemExit(f"gpu_check: training {loss} failed (exit {r.returncode}); log: {log}\n{r.stderr[-3000:]}")
+    (run_json,) = out_dir.rglob("run.json") if loss == "mle" else [
+        x for x in out_dir.rglob("run.json") if f"/{loss}/" in str(x)]
+    meta = json.loads(run_json.read_text())
+    logs = [json.loads(x) for x in (run_json.parent / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    logs = [m for m in logs if "loss" in m and "num_input_tokens_seen" in m]
+    first, last = (logs[0], logs[-1]) if len(logs) > 1 else (None, None)
+    steady = ({"from_step": first["step"], "to_step": last["step"],
+               "tokens": last["num_input_tokens_seen"] - first["num_input_tokens_seen"],
+               "seconds": round(last["time"] - first["time"], 3)} if first else None)
+    if steady and steady["seconds"] > 0:
+        steady["tokens_per_s"] = round(steady["tokens"] / steady["seconds"], 1)
+        steady["seconds_per_step"] = round(steady["seconds"] / (last["step"] - first["step"]), 4)
+    return {"loss": loss, "alpha": meta.get("alpha"), "aux_effective_weight": meta.get("aux_effective_weight"),
+            "fused_linear_loss": meta.get("fused_linear_loss"), "world_size": meta.get("world_size"),
+            "n_params": meta.get("n_params"), "global_step": meta.get("global_step"),
+            "launch_wall_s": round(wall, 1), "train_runtime_s": meta.get("train_runtime_s"),
+            "steady": steady, "peak_gpu_memory": meta.get("peak_gpu_memory"),
+            "last_log": {k: last.get(k) for k in ("loss", "loss/ce", "loss/aux")} if last else None,
+            "run_dir": str(run_json.parent)}
+
+
+def generate(a, p: dict, model_dir: str) -> dict:
+    import torch
+    from omegaconf import OmegaConf
+
+    from numlearn.data.prompts import POT_SUFFIX, format_prompt
+    from numlearn.evaluation.backends import SamplingConfig, get_backend
+    from numlearn.evaluation.benchmarks import load_benchmark
+
+    # the evaluation's own loader and PoT prompt (runner.first_prompt), the first N GSM8K test problems
+    bcfg = OmegaConf.load(REPO / "conf" / "eval" / "benchmark" / "gsm8k.yaml")
+    problems, _ = load_benchmark(bcfg, Path(p["data_root"]), Path(a.work) / "cache", limit=a.prompts)
+    prompts = [format_prompt(q.question + POT_SUFFIX) for q in problems]
+    backend = get_backend("hf", model_dir, dtype="float32" if a.dry_run else "bfloat16", batch_size=a.prompts)
+    sampling = SamplingConfig(max_new_tokens=16 if a.dry_run else a.max_new_tokens, stop=("\n\n\n",))
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.time()
+    outs = backend.generate(prompts, sampling)
+    secs = time.time() - t0
+    st = backend.stats
+    return {"backend": "hf", "prompts": len(prompts), "max_new_tokens": sampling.max_new_tokens,
+            "generated_tokens": st["generated_tokens"], "seconds": round(secs, 2),
+            "tokens_per_s": round(st["generated_tokens"] / st["generate_seconds"], 1) if st["generate_seconds"] else None,
+            "prompts_per_s": round(len(prompts) / secs, 2), "nonempty_completions": sum(bool(o) for o in outs)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="CPU: plan, checks, 2 steps of a shrunken model")
+    ap.add_argument("--out", type=Path, default=REPO / "results" / "gpu_check")
+    ap.add_argument("--work", type=Path, default=REPO / "outputs" / "gpu_check")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--timeout", type=int, default=210, help="seconds per training launch")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        a.steps, a.prompts = 2, 4
+    t_start = time.time()
+    p = plan(a)
+    print("gpu_check plan:", json.dumps({"dry_run": a.dry_run, "steps": a.steps, "prompts": a.prompts, **p}, indent=2),
+          flush=True)
+    import accelerate
+    import torch
+    import transformers
+
+    work = a.work / ("dry_run" if a.dry_run else "gpu")
+    recs = long_records(Path(p["gsm8k_train"]), Path(p["tokenizer"]), work / "long_records.jsonl",
+                        n=8 if a.dry_run else 4 * a.steps + 8, target_tokens=200 if a.dry_run else 1400)
+    print(f"records: {recs}", flush=True)
+    runs = {}
+    for loss in ("mle", "del"):
+        runs[loss] = train_one(a, p, loss, recs["file"], work / "runs")
+        print(f"{loss}: {json.dumps(runs[loss])}", flush=True)
+    gen = generate(a, p, str(Path(runs["del"]["run_dir"]) / "final"))
+    print(f"generation: {gen}", flush=True)
+
+    cost = {}
+    m, d = runs["mle"], runs["del"]
+    if m["steady"] and d["steady"] and m["steady"].get("tokens_per_s") and d["steady"].get("tokens_per_s"):
+        cost["time"] = round(m["steady"]["tokens_per_s"] / d["steady"]["tokens_per_s"] - 1, 4)
+    if m["peak_gpu_memory"] and d["peak_gpu_memory"]:
+        cost["memory"] = round(d["peak_gpu_memory"]["allocated_bytes"] / m["peak_gpu_memory"]["allocated_bytes"] - 1, 4)
+    summary = {
+        "check": "gpu_check", "dry_run": a.dry_run, "command": "bash experiments/gpu_check.sh" + (" --dry-run" if a.dry_run else ""),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": round(time.time() - t_start, 1),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
+        "packages": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "accelerate": accelerate.__version__},
+        "records": recs, "train": runs, "generation": gen,
+        "del_cost_over_mle": cost, "goals": GOALS,
+        "goals_met": {k: (cost[k] < GOALS[k]) for k in cost} if not a.dry_run else "not measured in a dry run",
+    }
+    try:
+        from numlearn.provenance import provenance
+
+        summary.update(provenance())
+    except Exception:  # noqa: BLE001 -- provenance is best effort on a bare machine
+        pass
+    out = a.out if not a.dry_run else work
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"gpu_check: {'dry run ' if a.dry_run else ''}done in {summary['wall_s']} s -> {out / 'summary.json'}; "
+          f"DEL over MLE: {cost}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
