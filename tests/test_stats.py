@@ -158,3 +158,15 @@ def test_sweep_chooses_on_validation_with_seed_intervals(tmp_path):
     assert (out / "sweep.png").stat().st_size > 0
     # choosing on a test split is refused
     assert main([str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_test (cot)"]) == 2
+
+
+def test_seed_mean_ci_covers_the_seed_spread_and_needs_two_seeds():
+    import math
+
+    from numlearn.reporting.stats import seed_mean_ci
+
+    lo, hi = seed_mean_ci([47.5, 54.5, 81.0])  # a wide seed spread gives a wide interval around the mean 61
+    assert lo < 55 < 61 < 70 < hi and hi - lo > 15
+    lo, hi = seed_mean_ci([60.0, 60.5, 59.5, 60.0])
+    assert 59.5 <= lo < 60 < hi <= 60.5
+    assert all(math.isnan(x) for x in seed_mean_ci([60.0]))

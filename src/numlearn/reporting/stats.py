@@ -44,6 +44,19 @@ class Difference:
         return asdict(self)
 
 
+def seed_mean_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of per-seed values (one value per seed; NaNs with
+    fewer than 2 seeds): the spread a sweep point's mean has over training seeds."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+    q = 100 * (1 - level) / 2
+    lo, hi = np.percentile(values[idx].mean(1), [q, 100 - q])
+    return float(lo), float(hi)
+
+
 def _counts(rng: np.random.Generator, k: int, n_boot: int) -> np.ndarray:
     """``[n_boot, k]`` multinomial counts: how often each of ``k`` items is drawn in a resample."""
     return rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot).astype(float)

@@ -21,17 +21,9 @@ import pandas as pd
 
 from .aggregate import header
 from .collect import load_results
+from .stats import seed_mean_ci
 
 TEST_MARKERS = ("test", "ood")
-
-
-def _seed_ci(values: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    if len(values) < 2:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
-    lo, hi = np.percentile(values[idx].mean(1), [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def sweep_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -41,7 +33,7 @@ def sweep_table(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (loss, alpha, col), g in df.groupby(["loss", "alpha", "column"]):
         acc = 100 * g.sort_values("seed")["accuracy"].to_numpy(dtype=float)
-        lo, hi = _seed_ci(acc)
+        lo, hi = seed_mean_ci(acc)
         dist = g["numerical_distance"].dropna().to_numpy(dtype=float)
         rows.append({"loss": loss, "alpha": alpha, "column": col, "acc": acc.mean(), "acc_ci_low": lo,
                      "acc_ci_high": hi, "dist": dist.mean() if len(dist) else np.nan, "seeds": len(acc)})
