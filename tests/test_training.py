@@ -288,3 +288,18 @@ def test_resume_skips_a_checkpoint_whose_save_was_interrupted(tmp_path):
             (d / "trainer_state.json").write_text("{}")
     (ckpts / "checkpoint-tmp").mkdir()
     assert last_complete_checkpoint(ckpts) == str(ckpts / "checkpoint-500")  # not 750, killed mid-save
+
+
+def test_logged_ce_and_numeric_term_are_the_steps_with_accumulation(tmp_path):
+    """Each micro-batch's loss is its share of the step's (normalised by the step's totals): the logged
+    loss/ce and loss/aux must be summed over the step's micro-batches, not averaged (which under GA 32
+    logged 1/32 of the CE)."""
+    from numlearn.training.run import train
+
+    run_dir = train(_cfg(tmp_path, "loss=del", "loss.alpha=0.8", "train.gradient_accumulation_steps=3",
+                         "train.per_device_train_batch_size=2"))
+    logs = [m for m in _metrics(run_dir) if "loss" in m]
+    assert logs
+    for m in logs:
+        assert m["loss"] == pytest.approx(m["loss/ce"] + m["loss/aux"], rel=1e-3)
+        assert m["train/step_digits"] > 0

@@ -4,8 +4,11 @@ The loss enters through ``compute_loss_func`` (no Trainer internals are copied).
 overrides of public hooks add what the losses need:
 * ``get_batch_samples`` also counts the digit targets of the whole optimizer step (all
   accumulation micro-batches, summed over processes), so ``aux_normalization=step`` is exact;
-* ``log`` adds ``loss/ce``, ``loss/aux``, ``train/digit_acc`` and ``train/digit_entropy``, averaged
-  over the micro-batches since the last log.
+* ``log`` adds ``loss/ce`` and ``loss/aux`` (the step's, summed over its micro-batches and
+  processes, so ``loss = loss/ce + loss/aux``), ``train/digit_acc``, ``train/digit_entropy`` and
+  ``train/step_digits``, averaged over the steps since the last log;
+* ``create_accelerator_and_postprocess`` promotes a multi-process CPU job with ``fsdp`` set to
+  FSDP2 (accelerate would silently use DDP there), so the sharded path runs on CPU too.
 """
 
 from __future__ import annotations
