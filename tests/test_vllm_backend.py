@@ -51,3 +51,35 @@ def test_vllm_and_hf_give_the_same_greedy_completions(peaked_tiny_model):
     diff = [(a, b) for a, b in zip(hf, vl) if a != b]
     assert not diff, diff[:3]
     assert sum(len(t) for t in hf) > 16 * 10  # the model did generate
+
+
+def test_vllm_evaluates_the_real_benchmarks_into_the_hf_runs_files(tmp_path, data_dir):
+    """The evaluator with eval.backend=vllm on SmolLM2-135M-Instruct (make assets; exported by
+    `make test-vllm`) and the seven benchmarks under the paper protocol writes the same result files,
+    with the same fields, as eval.backend=hf (the committed 20-problem comparison: make vllm-vs-hf)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    model = repo / "data_cache" / "smollm2-eval"
+    if not (model / "config.json").exists():
+        pytest.skip(f"{model} not exported: make assets && python -m numlearn.assets smollm2-135m --out {model}")
+    sys.path.insert(0, str(repo / "experiments"))
+    from vllm_vs_hf import compare
+
+    common = ["experiment=eval_smoke_smollm2", f"model_path={model}", f"paths.data_dir={data_dir}",
+              f"paths.cache_dir={tmp_path}/cache", "eval.limit=2", "eval.max_new_tokens_cap=24"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    for backend, extra in (("hf", []), ("vllm", ["eval.enforce_eager=true", "eval.max_model_len=2048"])):
+        r = subprocess.run([sys.executable, "-m", "numlearn.evaluate", *common, f"eval.backend={backend}", *extra,
+                            f"eval_dir={tmp_path}/{backend}"], cwd=repo, env=env, capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, (backend, r.stderr[-4000:])
+    s = compare(tmp_path / "hf", tmp_path / "vllm")
+    assert s["same_result_files"] and len(s["benchmarks"]) == 7
+    assert all(b["same_fields"] and b["n"] == 2 for b in s["benchmarks"].values())
+    res = json.loads(next((tmp_path / "vllm").rglob("result.json")).read_text())
+    assert res["backend"]["backend"] == "vllm" and res["protocol"] == "official"
+    assert res["generation"]["generated_tokens"] > 0 and res["generation"]["tokens_per_s"] > 0
