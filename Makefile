@@ -117,7 +117,7 @@ JOBS ?= 2
 TABLE1_ROWS = $(subst $(comma), ,$(TABLE1_LOSSES)) $(SELECTED)
 comma := ,
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n, JOBS=n)
-	printf '%s\n' $(TABLE1_ROWS) | xargs -P $(JOBS) -I{} bash experiments/table1_row.sh $(PY) $(SEED_LIST) {}
+	printf '%s\n' $(TABLE1_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
 	$(PY) -m numlearn.reporting.aggregate $$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
 		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:}; done) \
 		--exclude-benchmarks synthetic_val --out results/table1_tiny \
@@ -131,13 +131,10 @@ SWEEP_SEED_LIST := $(shell seq -s, 0 $$(( $(SWEEP_SEEDS) - 1 )))
 SWEEP_DEL ?= 0.01,0.1,0.32,1.28,2.56
 SWEEP_NTL ?= 0.1,1.0,3.2,12.8,25.6
 SWEEP_DIST2 ?= 1.0,10.0,32.0,128.0,256.0
-sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS) on the validation split -> results/sweep_alpha
-	$(PY) -m numlearn.train -m experiment=table1_tiny loss=mle seed=$(SWEEP_SEED_LIST)
-	$(PY) -m numlearn.evaluate -m experiment=table1_tiny eval=synthetic_val loss=mle seed=$(SWEEP_SEED_LIST)
-	@set -e; for spec in del:$(SWEEP_DEL) ntl:$(SWEEP_NTL) dist2:$(SWEEP_DIST2); do \
-		$(PY) -m numlearn.train -m experiment=table1_tiny loss=$${spec%%:*} loss.alpha=$${spec#*:} seed=$(SWEEP_SEED_LIST); \
-		$(PY) -m numlearn.evaluate -m experiment=table1_tiny eval=synthetic_val loss=$${spec%%:*} loss.alpha=$${spec#*:} seed=$(SWEEP_SEED_LIST); \
-	done
+SWEEP_ROWS = mle $(foreach a,$(subst $(comma), ,$(SWEEP_DEL)),del:$(a)) $(foreach a,$(subst $(comma), ,$(SWEEP_NTL)),ntl:$(a)) \
+	$(foreach a,$(subst $(comma), ,$(SWEEP_DIST2)),dist2:$(a))
+sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS, JOBS rows at once) on the validation split -> results/sweep_alpha
+	printf '%s\n' $(SWEEP_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SWEEP_SEED_LIST) {} eval=synthetic_val
 	$(PY) -m numlearn.reporting.sweep $$(ls -d outputs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
 		--select-on "synthetic_val (cot)" --out results/sweep_alpha \
 		--command "make sweep-alpha SWEEP_SEEDS=$(SWEEP_SEEDS) SWEEP_DEL=$(SWEEP_DEL) SWEEP_NTL=$(SWEEP_NTL) SWEEP_DIST2=$(SWEEP_DIST2)"
