@@ -111,7 +111,7 @@ def train_one(a, p: dict, loss: str, records: str, out_dir: Path) -> dict:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", p["accelerate_config"], "--num_processes", "1",
            "-m", "numlearn.train", "experiment=gpu_check", f"loss={loss}", f"paths.output_dir={out_dir}",
            f"paths.assets_dir={Path(p['tokenizer']).parent.parent}", f"data.files=[{records}]",
-           f"train.max_steps={a.steps}"]
+           f"train.max_steps={a.steps}", "force=true"]  # always train: a skipped, already complete run has no timing
     if a.dry_run:
         cmd += SHRINK
     t0 = time.time()
@@ -121,8 +121,7 @@ def train_one(a, p: dict, loss: str, records: str, out_dir: Path) -> dict:
     log.write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
     if r.returncode != 0:
         raise SystemExit(f"gpu_check: training {loss} failed (exit {r.returncode}); log: {log}\n{r.stderr[-3000:]}")
-    (run_json,) = out_dir.rglob("run.json") if loss == "mle" else [
-        x for x in out_dir.rglob("run.json") if f"/{loss}/" in str(x)]
+    (run_json,) = [x for x in out_dir.rglob("run.json") if x.parent.parent.parent.name == loss]
     meta = json.loads(run_json.read_text())
     logs = [json.loads(x) for x in (run_json.parent / "metrics.jsonl").read_text().splitlines() if x.strip()]
     logs = [m for m in logs if "loss" in m and "num_input_tokens_seen" in m]
