@@ -28,11 +28,16 @@ import json
 import sys
 from pathlib import Path
 
+from numlearn.evaluation.runner import read_jsonl
+
 AGREEMENT_TARGET = 0.95
 
 
 def _rows(path: Path) -> dict[str, dict]:
-    return {r["id"]: r for r in (json.loads(x) for x in path.read_text().splitlines() if x.strip())}
+    rows, bad = read_jsonl(path)
+    if bad:
+        raise SystemExit(f"{path}: {bad} unreadable line(s); re-run its evaluation to complete it")
+    return {r["id"]: r for r in rows}
 
 
 def _first_difference(a: str, b: str) -> int:
