@@ -44,6 +44,7 @@ class LossBridge:
         self._sums: dict[str, float] = defaultdict(float)
         self._n = 0  # micro-batches since the last log
         self._steps = 0  # optimizer steps since the last log
+        self._digits: int | None = None  # their global digit counts, summed (the same on every rank)
         self._head = None
         self._hidden = None
 
@@ -85,7 +86,7 @@ class LossBridge:
         self.step_digits = step_digits
         self._steps += 1
         if step_digits is not None:
-            self._sums["train/step_digits"] += float(step_digits)
+            self._digits = (self._digits or 0) + step_digits
 
     def pop_means(self, all_reduce=None) -> dict[str, float]:
         """Per-step means since the last call. ``loss/ce`` and ``loss/aux`` are each micro-batch's share of
@@ -95,7 +96,7 @@ class LossBridge:
         per-micro-batch means, averaged over all micro-batches of all processes."""
         keys = sorted(self._sums)
         share = [k for k in keys if k.startswith("loss/")]
-        stats = [k for k in keys if k.startswith("train/") and k != "train/step_digits"]
+        stats = [k for k in keys if k.startswith("train/")]
         vals = torch.tensor([self._sums[k] for k in share + stats] + [float(self._n)], dtype=torch.float64)
         if all_reduce is not None:
             vals = all_reduce(vals)
@@ -103,10 +104,11 @@ class LossBridge:
         means = {k: float(v) / steps for k, v in zip(share, vals[: len(share)])} if steps else {}
         if n_micro:
             means.update({k: float(v) / n_micro for k, v in zip(stats, vals[len(share) : -1])})
-        if steps and "train/step_digits" in self._sums:
-            means["train/step_digits"] = self._sums["train/step_digits"] / steps
+        if steps and self._digits is not None:
+            means["train/step_digits"] = self._digits / steps
         self._sums.clear()
         self._n = self._steps = 0
+        self._digits = None
         return means
 
 
