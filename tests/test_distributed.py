@@ -246,7 +246,10 @@ def test_a_slurm_task_exports_its_rank_and_the_job_world_size(monkeypatch):
                  "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
                  "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_STEP_NODELIST": "gpu[07-08]"}.items():
         monkeypatch.setenv(k, v)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     env = export_submitit_distributed_env()
+    # every GPU stays visible: this rank takes cuda:LOCAL_RANK (hiding all but one would break that)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     assert env["RANK"] == "5" and env["WORLD_SIZE"] == "8" and env["LOCAL_RANK"] == "1"
     assert env["LOCAL_WORLD_SIZE"] == "4" and env["MASTER_ADDR"] == "gpu07"
     assert 20000 <= int(env["MASTER_PORT"]) <= 60000
