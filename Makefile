@@ -136,7 +136,8 @@ SWEEP_ROWS = mle $(foreach a,$(subst $(comma), ,$(SWEEP_DEL)),del:$(a)) $(foreac
 sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS, JOBS rows at once) on the validation split -> results/sweep_alpha
 	printf '%s\n' $(SWEEP_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SWEEP_SEED_LIST) {} eval=synthetic_val
 	$(PY) -m numlearn.reporting.sweep $$(ls -d outputs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
-		--select-on "synthetic_val (cot)" --out results/sweep_alpha \
+		--select-on "synthetic_val (cot)" --out results/sweep_alpha --min-seeds $(SWEEP_SEEDS) --expect mle=0 \
+		--expect del=$(SWEEP_DEL) --expect ntl=$(SWEEP_NTL) --expect dist2=$(SWEEP_DIST2) \
 		--command "make sweep-alpha SWEEP_SEEDS=$(SWEEP_SEEDS) SWEEP_DEL=$(SWEEP_DEL) SWEEP_NTL=$(SWEEP_NTL) SWEEP_DIST2=$(SWEEP_DIST2)"
 
 bench-tiny: setup ## Where a tiny run's time goes: step phases, Trainer overhead, pad share, sandboxed programs/s -> results/bench_tiny.json

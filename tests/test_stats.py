@@ -160,6 +160,33 @@ def test_sweep_chooses_on_validation_with_seed_intervals(tmp_path):
     assert main([str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_test (cot)"]) == 2
 
 
+def test_sweep_refuses_to_choose_from_an_unfinished_sweep(tmp_path, capsys):
+    """A sweep produced over several sittings: a grid point with too few seeds, or not run at all,
+    must not let a weight be chosen (here the unfinished 1.28 would otherwise win on its one seed)."""
+    from numlearn.reporting.sweep import main
+
+    for a, per_seed in {0.1: [0.30, 0.32, 0.31], 1.28: [0.60]}.items():
+        for s, v in enumerate(per_seed):
+            _write_val(tmp_path / "r", "del", a, s, v)
+    for s in range(3):
+        _write_val(tmp_path / "r", "mle", 0.0, s, 0.35)
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "selected.json").write_text("{}")  # a choice left by an earlier sweep must not survive
+    args = [str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_val (cot)"]
+    assert main(args + ["--min-seeds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "del@1.28 (1 seeds)" in err and "make sweep-alpha" in err
+    assert not (out / "selected.json").exists() and "No weight chosen" in (out / "sweep.md").read_text()
+    # a grid point never run counts as missing too
+    assert main(args + ["--min-seeds", "1", "--expect", "del=0.1,1.28,2.56"]) == 2
+    assert "del@2.56 (0 seeds)" in capsys.readouterr().err
+    assert main(args + ["--min-seeds", "1", "--expect", "del=0.1,1.28", "--expect", "mle=0"]) == 0
+    assert json.loads((out / "selected.json").read_text())["del"]["alpha"] == 1.28
+    assert main(args + ["--expect", "del"]) == 2  # malformed grid: named, not ignored
+    assert "LOSS=ALPHA" in capsys.readouterr().err
+
+
 def test_seed_mean_ci_covers_the_seed_spread_and_needs_two_seeds():
     import math
 

@@ -7,6 +7,11 @@ model; ``numlearn.reporting.stats``). ``--select-on`` names the column the weigh
 -- a validation split, never a test split (refused) -- and writes ``selected.json``: per loss, the
 alpha with the highest mean accuracy there (ties: the smaller alpha). Writes sweep.{md,csv},
 sweep.png (mean and seed CI per point, one line per loss) and selected.json.
+
+A sweep runs over several sittings, so a partial one is easy to aggregate by mistake: with
+``--expect del=0.01,0.1,... --min-seeds 3`` the choice is refused (and no ``selected.json`` written)
+until every expected point has that many seeds on the selection column; the table and plot are
+still written, to show progress.
 """
 
 from __future__ import annotations
@@ -40,14 +45,37 @@ def sweep_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["loss", "alpha", "column"]).reset_index(drop=True)
 
 
-def select(table: pd.DataFrame, column: str) -> dict:
-    """Per numeric loss: the alpha with the highest mean accuracy on ``column`` (a validation split)."""
+def missing_points(table: pd.DataFrame, column: str, expect: dict[str, list[float]], min_seeds: int) -> list[str]:
+    """The expected (loss, alpha) points with fewer than ``min_seeds`` seeds on ``column``, as 'loss@alpha (n seeds)'."""
+    sub = table[table["column"] == column]
+    have = {(r.loss, float(r.alpha)): int(r.seeds) for r in sub.itertuples()}
+    out = []
+    for loss, alphas in expect.items():
+        for a in alphas:
+            n = have.get((loss, 0.0 if loss == "mle" else float(a)), 0)
+            if n < min_seeds:
+                out.append(f"{loss}@{a:g} ({n} seeds)")
+    return out
+
+
+def select(table: pd.DataFrame, column: str, expect: dict[str, list[float]] | None = None,
+           min_seeds: int = 1) -> dict:
+    """Per numeric loss: the alpha with the highest mean accuracy on ``column`` (a validation split).
+
+    ``expect`` (loss -> grid) and ``min_seeds``: refuse to choose from an unfinished sweep."""
     if any(m in column.lower() for m in TEST_MARKERS):
         raise ValueError(f"--select-on {column!r} looks like a test split; weights are chosen on a validation split "
                          "(e.g. 'synthetic_val (cot)')")
     sub = table[(table["column"] == column) & (table["loss"] != "mle")]
     if sub.empty:
         raise ValueError(f"no results on {column!r}; columns present: {sorted(set(table['column']))}")
+    expect = dict(expect or {})
+    for loss in set(sub["loss"]) - set(expect):
+        expect[loss] = sorted(set(sub[sub["loss"] == loss]["alpha"]))  # at least min_seeds on what is there
+    missing = missing_points(table, column, expect, min_seeds)
+    if missing:
+        raise ValueError(f"the sweep is not finished: {len(missing)} point(s) have fewer than {min_seeds} seeds on "
+                         f"{column!r}: {', '.join(missing)}; run the rest (make sweep-alpha resumes) before choosing")
     out = {}
     for loss, g in sub.groupby("loss"):
         best = g.sort_values(["acc", "alpha"], ascending=[False, True]).iloc[0]
@@ -90,16 +118,26 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--command", default=None)
     ap.add_argument("--select-on", default=None, help="validation column to choose each loss's weight on")
+    ap.add_argument("--expect", action="append", default=[], metavar="LOSS=A,B,...",
+                    help="a loss's grid; every point must be there before a weight is chosen (repeatable)")
+    ap.add_argument("--min-seeds", type=int, default=1, help="seeds every point needs before a weight is chosen")
     a = ap.parse_args(argv)
     try:
+        expect = parse_expect(a.expect)
         df = load_results(a.results)
         t = sweep_table(df)
-        chosen = select(t, a.select_on) if a.select_on else None
     except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.sweep: error: {e}", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    chosen, refused = None, None
+    if a.select_on:
+        try:
+            chosen = select(t, a.select_on, expect, a.min_seeds)
+        except ValueError as e:
+            refused = str(e)
+            (out / "selected.json").unlink(missing_ok=True)  # never leave a choice from an earlier, other sweep
     t.to_csv(out / "sweep.csv", index=False)
     show = t.copy()
     show["accuracy (%)"] = show.apply(lambda r: f"{r['acc']:.1f}" + (
@@ -113,11 +151,29 @@ def main(argv=None) -> int:
         md += ["", f"## Weights chosen on `{a.select_on}` (highest mean accuracy; never a test split)", ""]
         md += [f"- {loss}: alpha = {c['alpha']:g} ({c['accuracy']:.1f} % over {c['seeds']} seeds)"
                for loss, c in chosen.items()]
+    if refused:
+        md += ["", f"## No weight chosen: {refused}"]
     text = "\n".join(md) + "\n"
     (out / "sweep.md").write_text(text)
     plot(t, out / "sweep.png")
     print(text)
+    if refused:
+        print(f"numlearn.reporting.sweep: error: {refused}", file=sys.stderr)
+        return 2
     return 0
+
+
+def parse_expect(specs: list[str]) -> dict[str, list[float]]:
+    out = {}
+    for spec in specs:
+        loss, sep, grid = spec.partition("=")
+        try:
+            out[loss.strip()] = [float(x) for x in grid.split(",") if x.strip()]
+        except ValueError:
+            out[loss.strip()] = []
+        if not sep or not loss.strip() or not out[loss.strip()]:
+            raise ValueError(f"--expect {spec!r}: write LOSS=ALPHA,ALPHA,... (e.g. del=0.01,0.1,1.28)")
+    return out
 
 
 if __name__ == "__main__":
