@@ -188,6 +188,12 @@ def test_evaluate_end_to_end_and_scorer(saved_tiny_model, tmp_path):
     for key in ("metrics", "n", "benchmark", "backend", "sampling", "packages", "git", "config", "correct_by_id"):
         assert key in res
     assert res["sampling"]["temperature"] == 0.0 and res["benchmark"]["sha256"]
+    # per-problem distance, what the seed-aware distance interval resamples: its scored mean is the metric
+    assert res["distance_by_id"].keys() == res["correct_by_id"].keys()
+    scored = [d for d in res["distance_by_id"].values() if d is not None]
+    assert len(scored) == res["metrics"]["n_numeric"]
+    if scored:
+        assert sum(scored) / len(scored) == pytest.approx(res["metrics"]["numerical_distance"])
     gens = files[0].with_name("generations.jsonl")
     assert score_main([str(gens), "--check"]) == 0
     # re-running resumes: nothing is generated again

@@ -78,6 +78,44 @@ def test_macc_difference_is_the_mean_of_the_columns():
     assert dm.delta == pytest.approx(0.05) and dm.n_problems == 100
 
 
+def test_missing_scores_average_per_seed_like_the_table():
+    """Numerical distance is NaN where a prediction is not a number: each seed's mean is over the
+    problems it scored (the table's per-seed metric), not a pooled mean over all scored cells."""
+    nan = np.nan
+    a = np.array([[1.0, nan, nan, nan],    # seed 0: 1.0 over one scored problem
+                  [3.0, 3.0, 3.0, 3.0]])   # seed 1: 3.0 -> per-seed mean 2.0 (pooled would be 2.6)
+    b = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    d = seed_problem_bootstrap(a, b, n_boot=2000, seed=0)
+    assert d.delta == pytest.approx(1.0)
+    assert np.isfinite(d.ci_low) and d.ci_low >= 0.0 - 1e-12 and d.ci_high <= 2.0 + 1e-12
+    # replicates drawing only seed 1 give +2, only seed 0 give 0: both ends are reached
+    assert d.ci_high == pytest.approx(2.0) and d.ci_low == pytest.approx(0.0)
+    # without NaN the estimator is the plain mean, as for 0/1 correctness
+    rng = np.random.default_rng(5)
+    x, y = rng.random((3, 30)), rng.random((3, 30))
+    assert seed_problem_bootstrap(x, y).delta == pytest.approx(x.mean() - y.mean())
+
+
+def test_distance_minus_mle_table_from_hand_made_results(tmp_path):
+    """distance_by_id reaches a seed-aware 'minus MLE' distance table (NaN-aware, no mACC)."""
+    for s in range(4):
+        for loss, dist in (("mle", 0.5), ("del", 0.2)):
+            d = tmp_path / "r" / loss / f"seed={s}" / "eval" / "b" / "cot"
+            d.mkdir(parents=True)
+            dists = {str(i): (None if i % 5 == 0 else dist + 0.01 * s) for i in range(50)}
+            (d / "result.json").write_text(json.dumps({
+                "run": {"experiment": "t", "model": "tiny", "loss": loss, "alpha": 1.0, "seed": s},
+                "benchmark": {"name": "b", "kind": "number"}, "mode": "cot",
+                "metrics": {"accuracy": 0.5, "n": 50, "numerical_distance": dist + 0.01 * s,
+                            "digit_acc_int": {}, "digit_acc_frac": {}},
+                "correct_by_id": {str(i): i % 2 for i in range(50)}, "distance_by_id": dists}))
+    aggregate([tmp_path / "r"], tmp_path / "out", command="pytest", reference=False, n_boot=500)
+    t = __import__("pandas").read_csv(tmp_path / "out" / "distance_vs_mle.csv")
+    assert list(t["column"]) == ["b (cot)"] and t["delta"].iloc[0] == pytest.approx(-0.3)
+    assert t["ci_low"].iloc[0] == pytest.approx(-0.3) and bool(t["significant"].iloc[0])
+    assert "-0.300 [-0.300, -0.300] *" in (tmp_path / "out" / "table1.md").read_text()
+
+
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="same problems"):
         seed_problem_bootstrap(np.ones((3, 10)), np.ones((3, 11)))

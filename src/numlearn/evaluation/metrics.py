@@ -39,6 +39,20 @@ def digit_slots(s: str) -> tuple[str, str]:
     return ip, fp
 
 
+def problem_distance(gt: str, pred: str) -> float | None:
+    """``|slog(pred) - slog(truth)|`` of one problem; None when either does not parse as a number."""
+    t = _as_decimal(gt)
+    p = _as_decimal(pred) if pred != "" else None
+    if t is None or p is None:
+        return None
+    return abs(slog(float(p)) - slog(float(t)))
+
+
+def distance_by_id(records: list[dict]) -> dict[str, float | None]:
+    """Per-problem numerical distance (None: not scored), what the seed-aware interval resamples."""
+    return {r["id"]: problem_distance(r["gt"], r["pred"]) for r in records}
+
+
 def numeric_metrics(records: list[dict]) -> dict:
     dists = []
     int_hit, int_tot = Counter(), Counter()
@@ -52,7 +66,7 @@ def numeric_metrics(records: list[dict]) -> dict:
         if p is None:
             n_unparsable += r["pred"] != ""
         else:
-            dists.append(abs(slog(float(p)) - slog(float(t))))
+            dists.append(problem_distance(r["gt"], r["pred"]))
         ti, tf = digit_slots(r["gt"])
         pi, pf = digit_slots(r["pred"]) if p is not None else ("", "")
         for k in range(min(len(ti), MAX_POSITIONS)):

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .extract import PROTOCOLS
-from .metrics import compute_metrics
+from .metrics import compute_metrics, distance_by_id
 from .runner import read_jsonl, rescore
 from .spec import BenchmarkSpec
 
@@ -80,6 +80,7 @@ def main(argv=None) -> int:
 
             out = {**stored, "protocol": protocol, "metrics": m, "n": m["n"],
                    "correct_by_id": {r["id"]: int(r["correct"]) for r in recs},
+                   **({"distance_by_id": distance_by_id(recs)} if "numerical_distance" in m else {}),
                    "rescored_from": str(p)}
             write_json(p.with_name(f"result.{protocol}.json"), out)
     return status

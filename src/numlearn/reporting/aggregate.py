@@ -116,17 +116,22 @@ def digit_table(df: pd.DataFrame) -> pd.DataFrame:
     return t[pos].round(1)
 
 
-def _per_seed_matrix(sub: pd.DataFrame, col: str) -> dict:
-    """seed -> per-problem correctness (Series by problem id) of one column."""
-    return {int(r["seed"]): pd.Series(r["correct_by_id"], dtype=float)
-            for _, r in sub[sub["column"] == col].iterrows() if r["correct_by_id"]}
+def _per_seed_matrix(sub: pd.DataFrame, col: str, field: str = "correct_by_id") -> dict:
+    """seed -> per-problem score (Series by problem id; NaN = not scored) of one column."""
+    return {int(r["seed"]): pd.Series({k: np.nan if v is None else v for k, v in r[field].items()}, dtype=float)
+            for _, r in sub[sub["column"] == col].iterrows() if r[field]}
 
 
-def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
+                     field: str = "correct_by_id", scale: float = 100.0, with_macc: bool = True) -> pd.DataFrame:
     """Each loss minus ``baseline``, per column and for mACC (mean of the column differences), with
     a seed-aware 95 % interval (``numlearn.reporting.stats``: seeds and problems resampled, seeds
     paired when both sides ran the same ones) and, as a secondary column, the problem-only interval.
-    Only seeds evaluated on every column of a row are used; problems are those both sides scored."""
+    Only seeds evaluated on every column of a row are used; problems are those both sides scored.
+    ``field``: the per-problem score (``correct_by_id``; ``distance_by_id``, NaN where a prediction is
+    not a number, with ``scale=1, with_macc=False``)."""
+    if field not in df:
+        return pd.DataFrame()
     df = df.copy()
     df["label"] = _row_label(df)
     out = []
@@ -139,8 +144,8 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
             if label == base_label:
                 continue
             cols = sorted(set(dl["column"]) & set(base["column"]))
-            per_a = {c: _per_seed_matrix(dl, c) for c in cols}
-            per_b = {c: _per_seed_matrix(base, c) for c in cols}
+            per_a = {c: _per_seed_matrix(dl, c, field) for c in cols}
+            per_b = {c: _per_seed_matrix(base, c, field) for c in cols}
             cols = [c for c in cols if per_a[c] and per_b[c]]
             if not cols:
                 continue
@@ -162,9 +167,11 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
             diffs = multi_column_bootstrap(mats_a, mats_b, seeds_a, seeds_b, n_boot=n_boot, seed=seed)
             names = kept + ([MACC] if len(kept) > 1 else [])
             for c, d in zip(names, diffs, strict=True):
+                if c == MACC and not with_macc:
+                    continue
                 r = d.as_dict()
                 for k in ("delta", "ci_low", "ci_high", "problem_ci_low", "problem_ci_high"):
-                    r[k] = 100 * r[k]
+                    r[k] = scale * r[k]
                 out.append({"model": model, "loss": label, "column": c, **r})
     return pd.DataFrame(out)
 
@@ -290,6 +297,17 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
                piv.reset_index().to_markdown(index=False),
                "", "### Secondary: problem-only 95% CI (seeds averaged first; ignores seed-to-seed variation)", "",
                ppiv.reset_index().to_markdown(index=False)]
+    dboot = paired_bootstrap(df, n_boot=n_boot, field="distance_by_id", scale=1.0, with_macc=False)
+    if not dboot.empty:
+        dboot.to_csv(out / "distance_vs_mle.csv", index=False)
+        b = dboot.copy()
+        b["cell"] = b.apply(lambda r: _ci_cell(r, f=".3f"), axis=1)
+        b["seeds"] = b.apply(lambda r: f"{r['n_seeds']} vs {r['n_seeds_baseline']}"
+                             + (" (paired)" if r["paired_seeds"] else ""), axis=1)
+        piv = b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="cell", aggfunc="first")
+        md += ["", "## Each loss minus MLE, numerical distance (seed-aware 95% CI; negative = closer to the truth)", "",
+               "The same hierarchical bootstrap over each seed's mean distance on the problems whose prediction is a "
+               "number (the table's per-seed metric). `*` as above.", "", piv.reset_index().to_markdown(index=False)]
     held_md, held = heldout_table(df, n_boot=n_boot)
     if held_md:
         md += ["", "## Held-out teacher-forced digit metrics (one value per trained model; mean ± std over seeds)",

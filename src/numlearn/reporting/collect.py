@@ -75,6 +75,7 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             "accuracy": m["accuracy"], "n": m["n"], "numerical_distance": m.get("numerical_distance"),
             "digit_acc_int": m.get("digit_acc_int") or {}, "digit_acc_frac": m.get("digit_acc_frac") or {},
             "correct_by_id": r.get("correct_by_id") or {},
+            "distance_by_id": r.get("distance_by_id") or {},
             "git": (r.get("git") or {}).get("commit"),
             "heldout": _heldout(run),
         })

@@ -14,6 +14,11 @@ Problems are always paired (the same benchmark items).
 
 With fewer than two seeds on a side there is nothing to resample at the seed level: the
 seed-aware interval is undefined (NaN) and the difference is never called significant.
+
+A per-problem score may be missing (NaN) for some seeds -- the numerical distance of a prediction
+that is not a number. Each seed's mean is then over the problems it scored, as the table's
+per-seed metric is, and a replicate averages those per-seed means; with no NaN this is the plain
+mean of the matrix.
 """
 
 from __future__ import annotations
@@ -98,11 +103,11 @@ def multi_column_bootstrap(cols_a, cols_b, seeds_a=None, seeds_b=None, n_boot: i
         n = x.shape[1]
         n_total += n
         v = _counts(rng, n, n_boot)  # [n_boot, n] problem counts, shared by both sides (paired problems)
-        point = float(x.mean() - y.mean())
-        # problem-only: seeds averaged first, then problems resampled
-        pb = (v * (x.mean(0) - y.mean(0))).sum(1) / n
+        ra, rb = _seed_means(x, v), _seed_means(y, v)  # [k, n_boot] each seed's mean per problem draw
+        point = float((_nanmean(_seed_means(x, np.ones((1, n)))) - _nanmean(_seed_means(y, np.ones((1, n)))))[0])
+        pb = _nanmean(ra) - _nanmean(rb)  # problem-only: the seeds as they are, problems resampled
         if seedable:
-            boot = ((w_a @ x) * v).sum(1) / (k_a * n) - ((w_b @ y) * v).sum(1) / (k_b * n)
+            boot = _nanmean(ra, w_a) - _nanmean(rb, w_b)
         else:
             boot = np.full(n_boot, np.nan)
         boots.append(boot)
@@ -115,9 +120,29 @@ def multi_column_bootstrap(cols_a, cols_b, seeds_a=None, seeds_b=None, n_boot: i
     return out
 
 
+def _seed_means(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``[k, n_boot]``: seed ``s``'s mean over its scored (non-NaN) problems under problem counts ``v``."""
+    scored = np.isfinite(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(scored, x, 0.0) @ v.T) / (scored.astype(float) @ v.T)
+
+
+def _nanmean(r: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Mean over seeds (rows of ``r``, ``[k, n_boot]``) with seed counts ``w`` (``[n_boot, k]``, default 1),
+    skipping a seed that scored none of the drawn problems."""
+    w = np.ones((r.shape[1], r.shape[0])) if w is None else w
+    ok = np.isfinite(r.T)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w * np.where(ok, r.T, 0.0)).sum(1) / (w * ok).sum(1)
+
+
 def _difference(point, boot, pboot, q, k_a, k_b, n, paired, seedable) -> Difference:
+    boot, pboot = np.asarray(boot), np.asarray(pboot)
+    boot = boot[np.isfinite(boot)] if seedable else boot
+    pboot = pboot[np.isfinite(pboot)]
+    seedable = seedable and boot.size > 0
     lo, hi = np.percentile(boot, q) if seedable else (float("nan"), float("nan"))
-    plo, phi = np.percentile(pboot, q)
+    plo, phi = np.percentile(pboot, q) if pboot.size else (float("nan"), float("nan"))
     return Difference(point, float(lo), float(hi), float(plo), float(phi), k_a, k_b, n, paired,
                       _significant(float(lo), float(hi), k_a, k_b))
 
