@@ -104,7 +104,7 @@ def multi_column_bootstrap(cols_a, cols_b, seeds_a=None, seeds_b=None, n_boot: i
         n_total += n
         v = _counts(rng, n, n_boot)  # [n_boot, n] problem counts, shared by both sides (paired problems)
         ra, rb = _seed_means(x, v), _seed_means(y, v)  # [k, n_boot] each seed's mean per problem draw
-        point = float((_nanmean(_seed_means(x, np.ones((1, n)))) - _nanmean(_seed_means(y, np.ones((1, n)))))[0])
+        point = _mean_of_seed_means(x) - _mean_of_seed_means(y)
         pb = _nanmean(ra) - _nanmean(rb)  # problem-only: the seeds as they are, problems resampled
         if seedable:
             boot = _nanmean(ra, w_a) - _nanmean(rb, w_b)
@@ -125,6 +125,10 @@ def _seed_means(x: np.ndarray, v: np.ndarray) -> np.ndarray:
     scored = np.isfinite(x)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (np.where(scored, x, 0.0) @ v.T) / (scored.astype(float) @ v.T)
+
+
+def _mean_of_seed_means(x: np.ndarray) -> float:
+    return float(_nanmean(_seed_means(x, np.ones((1, x.shape[1]))))[0])
 
 
 def _nanmean(r: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
