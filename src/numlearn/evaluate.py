@@ -32,7 +32,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig
     from numlearn.evaluation.benchmarks import load_benchmark
     from numlearn.evaluation.extract import check_protocol
-    from numlearn.evaluation.metrics import compute_metrics, distance_by_id
+    from numlearn.evaluation.metrics import compute_metrics, per_problem_scores
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
     from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
     from numlearn.evaluation.spec import BenchmarkSpec
@@ -104,11 +104,9 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 raise RuntimeError(f"{out / 'generations.jsonl'} holds {len(recs)} of the {len(problems)} problems of "
                                    f"{name}; re-run the same command to complete it")
             metrics = compute_metrics(recs, spec.answer)
-            correct_by_id = {r["id"]: int(r["correct"]) for r in recs}
-            per_problem = {"distance_by_id": distance_by_id(recs)} if "numerical_distance" in metrics else {}
             result = {
                 "benchmark": info, "mode": mode, "protocol": protocol, "metrics": metrics, "n": metrics["n"],
-                "run": run_meta, "model_path": model_path, "correct_by_id": correct_by_id, **per_problem,
+                "run": run_meta, "model_path": model_path, **per_problem_scores(recs, metrics),
                 "backend": backend.describe(),
                 "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": sandbox_info,
                 "generation": gen_info, "wall_seconds": round(time.time() - t0, 2),

@@ -39,18 +39,24 @@ def digit_slots(s: str) -> tuple[str, str]:
     return ip, fp
 
 
+def _distance(t: Decimal, p: Decimal) -> float:
+    return abs(slog(float(p)) - slog(float(t)))
+
+
 def problem_distance(gt: str, pred: str) -> float | None:
     """``|slog(pred) - slog(truth)|`` of one problem; None when either does not parse as a number."""
     t = _as_decimal(gt)
     p = _as_decimal(pred) if pred != "" else None
-    if t is None or p is None:
-        return None
-    return abs(slog(float(p)) - slog(float(t)))
+    return None if t is None or p is None else _distance(t, p)
 
 
-def distance_by_id(records: list[dict]) -> dict[str, float | None]:
-    """Per-problem numerical distance (None: not scored), what the seed-aware interval resamples."""
-    return {r["id"]: problem_distance(r["gt"], r["pred"]) for r in records}
+def per_problem_scores(records: list[dict], metrics: dict) -> dict:
+    """What a result file keeps per problem for the seed-aware intervals: correctness, and for numeric
+    answers the distance (None: the prediction is not a number)."""
+    out = {"correct_by_id": {r["id"]: int(r["correct"]) for r in records}}
+    if "numerical_distance" in metrics:
+        out["distance_by_id"] = {r["id"]: problem_distance(r["gt"], r["pred"]) for r in records}
+    return out
 
 
 def numeric_metrics(records: list[dict]) -> dict:
@@ -66,7 +72,7 @@ def numeric_metrics(records: list[dict]) -> dict:
         if p is None:
             n_unparsable += r["pred"] != ""
         else:
-            dists.append(problem_distance(r["gt"], r["pred"]))
+            dists.append(_distance(t, p))
         ti, tf = digit_slots(r["gt"])
         pi, pf = digit_slots(r["pred"]) if p is not None else ("", "")
         for k in range(min(len(ti), MAX_POSITIONS)):

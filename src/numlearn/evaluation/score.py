@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .extract import PROTOCOLS
-from .metrics import compute_metrics, distance_by_id
+from .metrics import compute_metrics, per_problem_scores
 from .runner import read_jsonl, rescore
 from .spec import BenchmarkSpec
 
@@ -78,9 +78,7 @@ def main(argv=None) -> int:
         if a.write:
             from numlearn.provenance import write_json
 
-            out = {**stored, "protocol": protocol, "metrics": m, "n": m["n"],
-                   "correct_by_id": {r["id"]: int(r["correct"]) for r in recs},
-                   **({"distance_by_id": distance_by_id(recs)} if "numerical_distance" in m else {}),
+            out = {**stored, "protocol": protocol, "metrics": m, "n": m["n"], **per_problem_scores(recs, m),
                    "rescored_from": str(p)}
             write_json(p.with_name(f"result.{protocol}.json"), out)
     return status

@@ -184,6 +184,15 @@ def _ci_cell(r, lo="ci_low", hi="ci_high", f=".1f") -> str:
     return f"{r['delta']:+{f}} [{r[lo]:+{f}}, {r[hi]:+{f}}]{star}"
 
 
+def _vs_mle_pivot(boot: pd.DataFrame, cell) -> pd.DataFrame:
+    """One row per (model, loss, seed counts), one ``cell(row)`` per column."""
+    b = boot.copy()
+    b["cell"] = b.apply(cell, axis=1)
+    b["seeds"] = b.apply(lambda r: f"{r['n_seeds']} vs {r['n_seeds_baseline']}"
+                         + (" (paired)" if r["paired_seeds"] else ""), axis=1)
+    return b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="cell", aggfunc="first")
+
+
 HELDOUT_METRICS = {"digit_acc": ("held-out digit acc (%)", 100.0), "digit_nll": ("held-out digit NLL (nats)", 1.0),
                    "digit_entropy": ("held-out digit entropy (nats)", 1.0), "ce": ("held-out token CE (nats)", 1.0)}
 
@@ -283,13 +292,8 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     boot = paired_bootstrap(df, n_boot=n_boot)
     if not boot.empty:
         boot.to_csv(out / "vs_mle.csv", index=False)
-        b = boot.copy()
-        b["cell"] = b.apply(_ci_cell, axis=1)
-        b["pcell"] = b.apply(lambda r: _ci_cell(r, "problem_ci_low", "problem_ci_high"), axis=1)
-        b["seeds"] = b.apply(lambda r: f"{r['n_seeds']} vs {r['n_seeds_baseline']}"
-                             + (" (paired)" if r["paired_seeds"] else ""), axis=1)
-        piv = b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="cell", aggfunc="first")
-        ppiv = b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="pcell", aggfunc="first")
+        piv = _vs_mle_pivot(boot, lambda r: _ci_cell(r))
+        ppiv = _vs_mle_pivot(boot, lambda r: _ci_cell(r, "problem_ci_low", "problem_ci_high"))
         md += ["", "## Each loss minus MLE, accuracy points (seed-aware 95% CI)", "",
                "Hierarchical bootstrap: training seeds and problems both resampled (seeds paired when both "
                "losses ran the same ones). `*` = significant: the interval excludes zero and each side has "
@@ -300,11 +304,7 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     dboot = paired_bootstrap(df, n_boot=n_boot, field="distance_by_id", scale=1.0, with_macc=False)
     if not dboot.empty:
         dboot.to_csv(out / "distance_vs_mle.csv", index=False)
-        b = dboot.copy()
-        b["cell"] = b.apply(lambda r: _ci_cell(r, f=".3f"), axis=1)
-        b["seeds"] = b.apply(lambda r: f"{r['n_seeds']} vs {r['n_seeds_baseline']}"
-                             + (" (paired)" if r["paired_seeds"] else ""), axis=1)
-        piv = b.pivot_table(index=["model", "loss", "seeds"], columns="column", values="cell", aggfunc="first")
+        piv = _vs_mle_pivot(dboot, lambda r: _ci_cell(r, f=".3f"))
         md += ["", "## Each loss minus MLE, numerical distance (seed-aware 95% CI; negative = closer to the truth)", "",
                "The same hierarchical bootstrap over each seed's mean distance on the problems whose prediction is a "
                "number (the table's per-seed metric). `*` as above.", "", piv.reset_index().to_markdown(index=False)]

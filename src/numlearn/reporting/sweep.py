@@ -168,11 +168,12 @@ def parse_expect(specs: list[str]) -> dict[str, list[float]]:
     for spec in specs:
         loss, sep, grid = spec.partition("=")
         try:
-            out[loss.strip()] = [float(x) for x in grid.split(",") if x.strip()]
+            alphas = [float(x) for x in grid.split(",") if x.strip()]
         except ValueError:
-            out[loss.strip()] = []
-        if not sep or not loss.strip() or not out[loss.strip()]:
+            alphas = []
+        if not sep or not loss.strip() or not alphas:
             raise ValueError(f"--expect {spec!r}: write LOSS=ALPHA,ALPHA,... (e.g. del=0.01,0.1,1.28)")
+        out[loss.strip()] = alphas
     return out
 
 
