@@ -135,6 +135,9 @@ SWEEP_ROWS = mle $(foreach a,$(subst $(comma), ,$(SWEEP_DEL)),del:$(a)) $(foreac
 	$(foreach a,$(subst $(comma), ,$(SWEEP_DIST2)),dist2:$(a))
 sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS, JOBS rows at once) on the validation split -> results/sweep_alpha
 	printf '%s\n' $(SWEEP_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SWEEP_SEED_LIST) {} eval=synthetic_val
+	@$(MAKE) --no-print-directory sweep-report
+# A loss's weight is chosen once its own grid has SWEEP_SEEDS seeds everywhere (exit 2 while any is pending).
+sweep-report: setup ## The sweep's table, plot and chosen weights from the runs there so far (no training)
 	$(PY) -m numlearn.reporting.sweep $$(ls -d outputs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
 		--select-on "synthetic_val (cot)" --out results/sweep_alpha --min-seeds $(SWEEP_SEEDS) --expect mle=0 \
 		--expect del=$(SWEEP_DEL) --expect ntl=$(SWEEP_NTL) --expect dist2=$(SWEEP_DIST2) \
@@ -161,4 +164,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha bench-tiny bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses eval-smoke train-smollm2 data clean

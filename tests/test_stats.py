@@ -225,6 +225,34 @@ def test_sweep_refuses_to_choose_from_an_unfinished_sweep(tmp_path, capsys):
     assert "LOSS=ALPHA" in capsys.readouterr().err
 
 
+def test_sweep_chooses_a_loss_whose_grid_is_finished_while_another_is_pending(tmp_path, capsys):
+    """A loss's choice reads only its own points: a finished DEL grid is chosen while NTL's is still
+    running; NTL stays out of selected.json, is named, and the command exits 2 (the sweep is unfinished).
+    A point outside the declared grid (an earlier sweep's 5.0) never wins."""
+    from numlearn.reporting.sweep import main
+
+    for a, per_seed in {0.1: [0.50, 0.52, 0.51], 1.28: [0.30, 0.32, 0.31], 5.0: [0.90, 0.90, 0.90]}.items():
+        for s, v in enumerate(per_seed):
+            _write_val(tmp_path / "r", "del", a, s, v)
+    for a, per_seed in {1.0: [0.40, 0.40, 0.40], 12.8: [0.80]}.items():  # NTL's 12.8 has one seed of three
+        for s, v in enumerate(per_seed):
+            _write_val(tmp_path / "r", "ntl", a, s, v)
+    out = tmp_path / "out"
+    args = [str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_val (cot)", "--min-seeds", "3",
+            "--expect", "del=0.1,1.28", "--expect", "ntl=1.0,12.8", "--expect", "mle=0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "ntl@12.8 (1 seeds)" in err and "del@" not in err and "mle@" not in err
+    chosen = json.loads((out / "selected.json").read_text())
+    assert set(chosen) == {"del"} and chosen["del"]["alpha"] == 0.1 and set(chosen["del"]["candidates"]) == {"0.1", "1.28"}
+    md = (out / "sweep.md").read_text()
+    assert "- del: alpha = 0.1" in md and "Not chosen yet" in md and "ntl" in md.split("Not chosen yet")[1]
+    _write_val(tmp_path / "r", "ntl", 12.8, 1, 0.80)
+    _write_val(tmp_path / "r", "ntl", 12.8, 2, 0.80)
+    assert main(args) == 0
+    assert {k: v["alpha"] for k, v in json.loads((out / "selected.json").read_text()).items()} == {"del": 0.1, "ntl": 12.8}
+
+
 def test_seed_mean_ci_covers_the_seed_spread_and_needs_two_seeds():
     import math
 

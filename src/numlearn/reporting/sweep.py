@@ -9,9 +9,11 @@ alpha with the highest mean accuracy there (ties: the smaller alpha). Writes swe
 sweep.png (mean and seed CI per point, one line per loss) and selected.json.
 
 A sweep runs over several sittings, so a partial one is easy to aggregate by mistake: with
-``--expect del=0.01,0.1,... --min-seeds 3`` the choice is refused (and no ``selected.json`` written)
-until every expected point has that many seeds on the selection column; the table and plot are
-still written, to show progress.
+``--expect del=0.01,0.1,... --min-seeds 3`` a loss's weight is chosen only once every point of
+*that loss's* grid has that many seeds on the selection column (a loss's choice reads its own points
+only, so a finished DEL grid need not wait for NTL's). Losses still short are named as pending, left
+out of ``selected.json`` (removed when nothing is chosen) and the command exits 2; the table and plot
+are still written, to show progress.
 """
 
 from __future__ import annotations
@@ -59,29 +61,32 @@ def missing_points(table: pd.DataFrame, column: str, expect: dict[str, list[floa
 
 
 def select(table: pd.DataFrame, column: str, expect: dict[str, list[float]] | None = None,
-           min_seeds: int = 1) -> dict:
+           min_seeds: int = 1) -> tuple[dict, dict[str, list[str]]]:
     """Per numeric loss: the alpha with the highest mean accuracy on ``column`` (a validation split).
 
-    ``expect`` (loss -> grid) and ``min_seeds``: refuse to choose from an unfinished sweep."""
+    Returns ``(chosen, pending)``: a loss is chosen only when every point of its grid (``expect``, or
+    the points present for a loss not in it) has ``min_seeds`` seeds; ``pending`` maps each other
+    loss to its short points ('loss@alpha (n seeds)')."""
     if any(m in column.lower() for m in TEST_MARKERS):
         raise ValueError(f"--select-on {column!r} looks like a test split; weights are chosen on a validation split "
                          "(e.g. 'synthetic_val (cot)')")
     sub = table[(table["column"] == column) & (table["loss"] != "mle")]
     if sub.empty:
         raise ValueError(f"no results on {column!r}; columns present: {sorted(set(table['column']))}")
-    expect = dict(expect or {})
-    for loss in set(sub["loss"]) - set(expect):
-        expect[loss] = sorted(set(sub[sub["loss"] == loss]["alpha"]))  # at least min_seeds on what is there
-    missing = missing_points(table, column, expect, min_seeds)
-    if missing:
-        raise ValueError(f"the sweep is not finished: {len(missing)} point(s) have fewer than {min_seeds} seeds on "
-                         f"{column!r}: {', '.join(missing)}; run the rest (make sweep-alpha resumes) before choosing")
-    out = {}
-    for loss, g in sub.groupby("loss"):
+    grids = {loss: g for loss, g in (expect or {}).items() if loss != "mle"}  # MLE has no weight to choose
+    for loss in set(sub["loss"]) - set(grids):
+        grids[loss] = sorted(set(sub[sub["loss"] == loss]["alpha"]))  # at least min_seeds on what is there
+    chosen, pending = {}, {}
+    for loss in sorted(grids):
+        missing = missing_points(table, column, {loss: grids[loss]}, min_seeds)
+        if missing:
+            pending[loss] = missing
+            continue
+        g = sub[(sub["loss"] == loss) & sub["alpha"].isin([float(a) for a in grids[loss]])]
         best = g.sort_values(["acc", "alpha"], ascending=[False, True]).iloc[0]
-        out[loss] = {"alpha": float(best["alpha"]), "accuracy": float(best["acc"]), "seeds": int(best["seeds"]),
-                     "column": column, "candidates": {str(a): float(v) for a, v in zip(g["alpha"], g["acc"])}}
-    return out
+        chosen[loss] = {"alpha": float(best["alpha"]), "accuracy": float(best["acc"]), "seeds": int(best["seeds"]),
+                        "column": column, "candidates": {str(a): float(v) for a, v in zip(g["alpha"], g["acc"])}}
+    return chosen, pending
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
@@ -131,12 +136,19 @@ def main(argv=None) -> int:
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    chosen, refused = None, None
+    chosen, refused = {}, None
     if a.select_on:
         try:
-            chosen = select(t, a.select_on, expect, a.min_seeds)
+            chosen, pending = select(t, a.select_on, expect, a.min_seeds)
         except ValueError as e:
             refused = str(e)
+        else:
+            if pending:
+                refused = (f"the sweep is not finished for {', '.join(pending)}: point(s) with fewer than "
+                           f"{a.min_seeds} seeds on {a.select_on!r}: "
+                           f"{', '.join(p for ps in pending.values() for p in ps)}; run the rest (make sweep-alpha "
+                           "resumes) before those weights are chosen")
+        if not chosen:
             (out / "selected.json").unlink(missing_ok=True)  # never leave a choice from an earlier, other sweep
     t.to_csv(out / "sweep.csv", index=False)
     show = t.copy()
@@ -152,7 +164,7 @@ def main(argv=None) -> int:
         md += [f"- {loss}: alpha = {c['alpha']:g} ({c['accuracy']:.1f} % over {c['seeds']} seeds)"
                for loss, c in chosen.items()]
     if refused:
-        md += ["", f"## No weight chosen: {refused}"]
+        md += ["", f"## {'Not chosen yet' if chosen else 'No weight chosen'}: {refused}"]
     text = "\n".join(md) + "\n"
     (out / "sweep.md").write_text(text)
     plot(t, out / "sweep.png")
