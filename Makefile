@@ -120,7 +120,7 @@ reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on 
 	printf '%s\n' $(TABLE1_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
 	$(PY) -m numlearn.reporting.aggregate $$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
 		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:}; done) \
-		--exclude-benchmarks synthetic_val --out results/table1_tiny \
+		--exclude-benchmarks synthetic_val --out results/table1_tiny $(if $(SELECTED),--selected results/sweep_alpha/selected.json) \
 		--command "make reproduce-table1 SEEDS=$(SEEDS)"
 
 # Each numeric loss over a grid on the effective scale (the official weight is the 4th point), SWEEP_SEEDS

@@ -121,3 +121,27 @@ def test_a_corrupt_result_file_is_named_and_can_be_skipped(results, tmp_path, ca
     assert main([str(results), "--out", str(tmp_path / "o"), "--skip-bad", "--no-reference"]) == 0
     assert f"skipped unreadable {bad}" in capsys.readouterr().err
     assert "1 unreadable result file(s) skipped" in (tmp_path / "o" / "table1.md").read_text()
+
+
+def test_validation_chosen_rows_are_labelled_and_a_missing_one_is_an_error(results, tmp_path):
+    """Two DEL rows (the official weight and the weight the sweep chose): only the chosen (loss, alpha) is
+    labelled val-chosen, in every table; a chosen weight without result files is an error, not a silent gap."""
+    for s, correct in enumerate([[1, 0, 0, 0], [0, 0, 0, 0]]):
+        _write(results, "del", s, "bench_a", "cot", correct, dist=0.5, alpha=0.1)
+        _write(results, "del", s, "bench_b", "pot", correct, dist=0.5, alpha=0.1)
+    sel = tmp_path / "selected.json"
+    sel.write_text(json.dumps({"del": {"alpha": 0.1, "accuracy": 61.0, "seeds": 3, "column": "v (cot)"}}))
+    out = tmp_path / "out"
+    res = aggregate([results], out, command="pytest", reference=False, n_boot=200, selected=sel)
+    assert list(res["mean"].index) == [("tiny", "mle"), ("tiny", "del (alpha=0.01)"),
+                                       ("tiny", "del (alpha=0.1, val-chosen)")]
+    assert res["mean"].loc[("tiny", "del (alpha=0.1, val-chosen)"), "bench_a (cot)"] == pytest.approx(12.5)
+    assert set(res["bootstrap"]["loss"]) == {"del (alpha=0.01)", "del (alpha=0.1, val-chosen)"}
+    md = (out / "table1.md").read_text()
+    assert "del alpha=0.1, best mean v (cot) accuracy 61.0 % over 3 seeds" in md
+    sel.write_text(json.dumps({"del": {"alpha": 0.32}}))
+    with pytest.raises(ValueError, match="del alpha=0.32 but no result file"):
+        aggregate([results], out, reference=False, n_boot=50, selected=sel)
+    sel.write_text(json.dumps({"del": 0.1}))
+    with pytest.raises(ValueError, match="make sweep-report"):
+        aggregate([results], out, reference=False, n_boot=50, selected=sel)

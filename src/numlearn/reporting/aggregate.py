@@ -36,11 +36,32 @@ def _loss_key(loss: str) -> int:
 
 def _row_label(df: pd.DataFrame) -> pd.Series:
     multi_alpha = df.groupby(["model", "loss"])["alpha"].nunique() > 1
+    chosen = df["chosen"] if "chosen" in df else pd.Series(False, index=df.index)
     def lab(r):
+        if chosen[r.name]:
+            return f"{r['loss']} (alpha={r['alpha']}, val-chosen)"
         if multi_alpha.get((r["model"], r["loss"]), False):
             return f"{r['loss']} (alpha={r['alpha']})"
         return r["loss"]
     return df.apply(lab, axis=1)
+
+
+def mark_selected(df: pd.DataFrame, selected: dict) -> pd.DataFrame:
+    """Flag the rows whose (loss, alpha) is a validation-chosen weight (``numlearn.reporting.sweep``'s
+    ``selected.json``: loss -> {"alpha": ...}), so every table labels them 'val-chosen'."""
+    try:
+        want = {loss: float(c["alpha"]) for loss, c in selected.items()}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise ValueError("--selected: expected the sweep's selected.json, {loss: {\"alpha\": ..., ...}}; "
+                         "write it with `make sweep-report`") from None
+    df = df.copy()
+    df["chosen"] = [loss in want and float(a) == want[loss] for loss, a in zip(df["loss"], df["alpha"])]
+    absent = [f"{loss} alpha={a:g}" for loss, a in want.items()
+              if not ((df["loss"] == loss) & df["chosen"]).any()]
+    if absent:
+        raise ValueError(f"--selected names {', '.join(absent)} but no result file has it; evaluate those runs "
+                         "(make reproduce-table1 runs the chosen weights) or drop --selected")
+    return df
 
 
 def accuracy_table(df: pd.DataFrame, value: str = "accuracy", scale: float = 100.0,
@@ -250,9 +271,20 @@ def header(command: str | None) -> str:
 
 
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
-              protocol: str | None = None, skip_bad: bool = False, exclude_benchmarks: tuple[str, ...] = ()) -> dict:
+              protocol: str | None = None, skip_bad: bool = False, exclude_benchmarks: tuple[str, ...] = (),
+              selected: str | Path | None = None) -> dict:
     skipped: list[str] = []
     df = load_results(paths, protocol, skip_bad, skipped)
+    chosen_note = []
+    if selected:
+        sel = json.loads(Path(selected).read_text())
+        df = mark_selected(df, sel)
+        chosen_note = ["", "Rows marked *val-chosen*: the loss's weight chosen on the validation split, never a test "
+                       f"split (`{selected}`: " + "; ".join(
+                           f"{loss} alpha={float(c['alpha']):g}" + (
+                               f", best mean {c.get('column', 'validation')} accuracy {c['accuracy']:.1f} % over "
+                               f"{c.get('seeds', '?')} seeds" if "accuracy" in c else "")
+                           for loss, c in sel.items()) + ")."]
     if exclude_benchmarks:
         df = df[~df["benchmark"].isin(exclude_benchmarks)]
         if df.empty:
@@ -270,7 +302,7 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
           + (f"; {len(skipped)} unreadable result file(s) skipped" if skipped else ""), "", "## Accuracy (%)", "",
           "mean ± std over seeds; mACC = unweighted mean over the columns. Rows in *italics* are the paper's "
           "reported mACC over its seven benchmarks (authors' README), not comparable cell by cell.", "",
-          to_markdown(mean, std, cols, seeds, 1, ref_rows)]
+          to_markdown(mean, std, cols, seeds, 1, ref_rows)] + chosen_note
     flat = mean.copy()
     flat.columns = [f"{c} acc" for c in flat.columns]
     sflat = std.copy()
@@ -344,10 +376,13 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-bad", action="store_true", help="leave out unreadable result files (named on stderr)")
     ap.add_argument("--exclude-benchmarks", default="",
                     help="comma-separated benchmarks to leave out (e.g. the validation split weights were chosen on)")
+    ap.add_argument("--selected", default=None, metavar="SELECTED_JSON",
+                    help="the sweep's chosen weights (results/sweep_alpha/selected.json): label those rows val-chosen")
     a = ap.parse_args(argv)
     try:
         res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol,
-                        skip_bad=a.skip_bad, exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b))
+                        skip_bad=a.skip_bad, exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b),
+                        selected=a.selected)
     except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2
