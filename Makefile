@@ -116,12 +116,15 @@ SELECTED := $(shell test -f results/sweep_alpha/selected.json && $(PYTHON) -c "i
 JOBS ?= 2
 TABLE1_ROWS = $(subst $(comma), ,$(TABLE1_LOSSES)) $(SELECTED)
 comma := ,
+# robustness.md (how firm each "minus MLE" call is) needs the 3 seeds a significance call needs
+TABLE1_REPORT_ARGS = --exclude-benchmarks synthetic_val --out results/table1_tiny \
+	$(if $(SELECTED),--selected results/sweep_alpha/selected.json) --command "make reproduce-table1 SEEDS=$(SEEDS)"
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n, JOBS=n)
 	printf '%s\n' $(TABLE1_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
-	$(PY) -m numlearn.reporting.aggregate $$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
-		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:}; done) \
-		--exclude-benchmarks synthetic_val --out results/table1_tiny $(if $(SELECTED),--selected results/sweep_alpha/selected.json) \
-		--command "make reproduce-table1 SEEDS=$(SEEDS)"
+	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
+		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:}; done)" && \
+	$(PY) -m numlearn.reporting.aggregate $$runs $(TABLE1_REPORT_ARGS) && \
+	if [ $(SEEDS) -ge 3 ]; then $(PY) -m numlearn.reporting.robustness $$runs $(TABLE1_REPORT_ARGS) > /dev/null; fi
 
 # Each numeric loss over a grid on the effective scale (the official weight is the 4th point), SWEEP_SEEDS
 # seeds each, evaluated on the validation split only; the weight with the best mean validation CoT

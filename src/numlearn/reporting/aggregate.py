@@ -144,7 +144,8 @@ def _per_seed_matrix(sub: pd.DataFrame, col: str, field: str = "correct_by_id") 
 
 
 def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
-                     field: str = "correct_by_id", scale: float = 100.0, with_macc: bool = True) -> pd.DataFrame:
+                     field: str = "correct_by_id", scale: float = 100.0, with_macc: bool = True,
+                     level: float = 0.95) -> pd.DataFrame:
     """Each loss minus ``baseline``, per column and for mACC (mean of the column differences), with
     a seed-aware 95 % interval (``numlearn.reporting.stats``: seeds and problems resampled, seeds
     paired when both sides ran the same ones) and, as a secondary column, the problem-only interval.
@@ -185,7 +186,7 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
                 kept.append(c)
             if not kept:
                 continue
-            diffs = multi_column_bootstrap(mats_a, mats_b, seeds_a, seeds_b, n_boot=n_boot, seed=seed)
+            diffs = multi_column_bootstrap(mats_a, mats_b, seeds_a, seeds_b, n_boot=n_boot, seed=seed, level=level)
             names = kept + ([MACC] if len(kept) > 1 else [])
             for c, d in zip(names, diffs, strict=True):
                 if c == MACC and not with_macc:
@@ -218,7 +219,8 @@ HELDOUT_METRICS = {"digit_acc": ("held-out digit acc (%)", 100.0), "digit_nll": 
                    "digit_entropy": ("held-out digit entropy (nats)", 1.0), "ce": ("held-out token CE (nats)", 1.0)}
 
 
-def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000) -> tuple[str, pd.DataFrame]:
+def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
+                  level: float = 0.95) -> tuple[str, pd.DataFrame]:
     """Teacher-forced digit metrics on the held-out split (one value per trained model, from its
     ``run.json``): mean ± std over seeds, and each loss minus ``baseline`` with a seed bootstrap."""
     df = df.copy()
@@ -251,7 +253,7 @@ def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000) -
         for k in keys:
             sa, a = vals[(model, label, k)]
             sb, b = vals[(model, base["label"].iloc[0], k)]
-            d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot)
+            d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot, seed=seed, level=level)
             rows.append({"model": model, "loss": label, "metric": k, **d.as_dict()})
     return "\n".join(lines), pd.DataFrame(rows)
 
