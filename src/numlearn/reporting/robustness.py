@@ -143,7 +143,7 @@ def main(argv=None) -> int:
         "seeds better than MLE": t["better_seeds"], "verdict": t["verdict"]})
     m = t["metric"].nunique()
     text = "\n".join([
-        header(a.command, "numlearn.reporting.robustness"), "",
+        header(a.command, "numlearn.reporting.robustness", out), "",
         f"## How firm each 'minus MLE' call is ({m} pre-declared primary metrics)", "",
         "Table: the interval in `table1.md` (2,000 resamples, bootstrap seed 0). Then the extreme ends over "
         f"{a.boot_seeds} bootstrap seeds of the same size, the 95% interval from {a.big_boot} resamples, and a "

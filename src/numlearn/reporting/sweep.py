@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     show["accuracy (%)"] = show.apply(lambda r: f"{r['acc']:.1f}" + (
         f" [{r['acc_ci_low']:.1f}, {r['acc_ci_high']:.1f}]" if np.isfinite(r["acc_ci_low"]) else ""), axis=1)
     wide = show.pivot_table(index=["loss", "alpha", "seeds"], columns="column", values="accuracy (%)", aggfunc="first")
-    md = [header(a.command, "numlearn.reporting.sweep"), "", "## Loss-weight sweep (accuracy %, mean over seeds [95% seed-bootstrap CI]; "
+    md = [header(a.command, "numlearn.reporting.sweep", out), "", "## Loss-weight sweep (accuracy %, mean over seeds [95% seed-bootstrap CI]; "
           "alpha on the effective scale, 0 = MLE)", "", wide.reset_index().to_markdown(index=False), "",
           "![sweep](sweep.png)"]
     if chosen:
