@@ -118,11 +118,18 @@ TABLE1_ROWS = $(subst $(comma), ,$(TABLE1_LOSSES)) $(SELECTED)
 comma := ,
 # robustness.md (how firm each "minus MLE" call is) needs the 3 seeds a significance call needs
 TABLE1_REPORT_ARGS = --exclude-benchmarks synthetic_val --out results/table1_tiny \
-	$(if $(SELECTED),--selected results/sweep_alpha/selected.json) --command "make reproduce-table1 SEEDS=$(SEEDS)"
-reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n, JOBS=n)
-	printf '%s\n' $(TABLE1_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
-	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES)) \
-		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:}; done)" && \
+	$(if $(SELECTED),--selected results/sweep_alpha/selected.json) \
+	--command "make reproduce-table1 SEEDS=$(SEEDS)$(if $(filter 1,$(REUSE)), REUSE=1)"
+# Every row publishes its result files into the committed store results/runs (numlearn.reporting.store),
+# and the tables are built from there, seeds SEED_LIST only. REUSE=1 trains and evaluates only the
+# seeds the store lacks, so an 8-seed table is produced over several sittings; without it every run
+# is redone and the store says whether any number changed.
+REUSE ?= 0
+STORE := paths.output_dir=results/runs
+reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n, JOBS=n, REUSE=1)
+	printf '%s\n' $(TABLE1_ROWS) | REUSE=$(REUSE) xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
+	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST) $(STORE)) \
+		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:} seed=$(SEED_LIST) $(STORE); done)" && \
 	$(PY) -m numlearn.reporting.aggregate $$runs $(TABLE1_REPORT_ARGS) && \
 	if [ $(SEEDS) -ge 3 ]; then $(PY) -m numlearn.reporting.robustness $$runs $(TABLE1_REPORT_ARGS) > /dev/null; fi
 
@@ -136,12 +143,12 @@ SWEEP_NTL ?= 0.1,1.0,3.2,12.8,25.6
 SWEEP_DIST2 ?= 1.0,10.0,32.0,128.0,256.0
 SWEEP_ROWS = mle $(foreach a,$(subst $(comma), ,$(SWEEP_DEL)),del:$(a)) $(foreach a,$(subst $(comma), ,$(SWEEP_NTL)),ntl:$(a)) \
 	$(foreach a,$(subst $(comma), ,$(SWEEP_DIST2)),dist2:$(a))
-sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS, JOBS rows at once) on the validation split -> results/sweep_alpha
-	printf '%s\n' $(SWEEP_ROWS) | xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SWEEP_SEED_LIST) {} eval=synthetic_val
+sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS, JOBS rows at once, REUSE=1) on the validation split -> results/sweep_alpha
+	printf '%s\n' $(SWEEP_ROWS) | REUSE=$(REUSE) xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SWEEP_SEED_LIST) {} eval=synthetic_val
 	@$(MAKE) --no-print-directory sweep-report
 # A loss's weight is chosen once its own grid has SWEEP_SEEDS seeds everywhere (exit 2 while any is pending).
-sweep-report: setup ## The sweep's table, plot and chosen weights from the runs there so far (no training)
-	$(PY) -m numlearn.reporting.sweep $$(ls -d outputs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
+sweep-report: setup ## The sweep's table, plot and chosen weights from the stored results so far (no training)
+	$(PY) -m numlearn.reporting.sweep $$(ls -d results/runs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
 		--select-on "synthetic_val (cot)" --out results/sweep_alpha --min-seeds $(SWEEP_SEEDS) --expect mle=0 \
 		--expect del=$(SWEEP_DEL) --expect ntl=$(SWEEP_NTL) --expect dist2=$(SWEEP_DIST2) \
 		--command "make sweep-alpha SWEEP_SEEDS=$(SWEEP_SEEDS) SWEEP_DEL=$(SWEEP_DEL) SWEEP_NTL=$(SWEEP_NTL) SWEEP_DIST2=$(SWEEP_DIST2)"

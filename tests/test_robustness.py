@@ -66,3 +66,6 @@ def test_cli_writes_the_table_and_names_missing_metrics(tmp_path, capsys):
     # the default primary metrics name Table 1's columns and held-out metrics: none is in these files
     assert main([str(other), "--out", str(out)]) == 2
     assert "no primary metric" in capsys.readouterr().err
+    # it reads its input as the table does: excluding every benchmark leaves nothing, a named error
+    assert main([str(root), "--out", str(out), "--exclude-benchmarks", "synthetic_test"]) == 2
+    assert "no results left after excluding benchmarks ['synthetic_test']" in capsys.readouterr().err

@@ -79,9 +79,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     written = []
     for name, (problems, info) in loaded.items():
         spec = BenchmarkSpec.from_config(ecfg.benchmarks[name])
-        modes = list(ecfg.modes)
-        if "paper" not in modes and spec.answer == "choice":
-            modes = ["cot"]
+        modes = spec.modes(ecfg.modes)
         max_new = spec.max_new_tokens
         if ecfg.get("max_new_tokens_cap"):
             max_new = min(max_new, int(ecfg.max_new_tokens_cap))

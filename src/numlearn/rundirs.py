@@ -1,7 +1,8 @@
 """Where runs live, from the configs themselves: ``python -m numlearn.rundirs experiment=table1_tiny
 loss=mle,ntl,dist2,del`` prints each loss's run root at its configured weight
 (``<output_dir>/<experiment>/<model>/<loss>/alpha=<alpha>``), so no Makefile or script repeats a
-loss weight that ``conf/loss`` and ``conf/experiment`` already hold."""
+loss weight that ``conf/loss`` and ``conf/experiment`` already hold; ``seed=0,1`` prints the seeds'
+run directories, ``paths.output_dir=results/runs`` their places in the result store."""
 
 from __future__ import annotations
 
@@ -10,23 +11,27 @@ from pathlib import Path
 
 
 def configured_run_roots(overrides: list[str]) -> list[Path]:
-    """One run root (seed level stripped) per value of a comma-separated ``loss=`` override."""
+    """One run root (seed level stripped) per value of a comma-separated ``loss=`` override; with a
+    ``seed=`` override (``seed=0,1,2``), the run directories of those seeds instead."""
     from hydra import compose, initialize_config_dir
 
     from numlearn.cli import conf_dir
 
-    losses = ["mle"]
+    losses, seeds = ["mle"], None
     rest = []
     for o in overrides:
         if o.startswith("loss="):
             losses = o.split("=", 1)[1].split(",")
+        elif o.startswith("seed="):
+            seeds = [s for s in o.split("=", 1)[1].split(",") if s]
         else:
             rest.append(o)
     out = []
     with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
         for loss in losses:
-            cfg = compose("config", overrides=[*rest, f"loss={loss}"])
-            out.append(Path(cfg.run_dir).parent)
+            for seed in seeds or [None]:
+                cfg = compose("config", overrides=[*rest, f"loss={loss}", *([f"seed={seed}"] if seeds else [])])
+                out.append(Path(cfg.run_dir) if seeds else Path(cfg.run_dir).parent)
     return out
 
 

@@ -34,6 +34,12 @@ class BenchmarkSpec:
         if self.answer == "choice" and not self.choice_letters:
             raise ValueError(f"benchmark {self.name!r}: answer=choice needs choice_letters (e.g. ABCDE)")
 
+    def modes(self, requested) -> list[str]:
+        """The modes this benchmark is evaluated in: a multiple-choice answer has no program to run,
+        so without the ``paper`` mode (PoT with CoT backup) it is CoT only."""
+        modes = list(requested)
+        return ["cot"] if "paper" not in modes and self.answer == "choice" else modes
+
     @property
     def all_triggers(self) -> tuple[str, ...]:
         return BASE_TRIGGERS + tuple(self.triggers)

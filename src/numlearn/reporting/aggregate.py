@@ -274,25 +274,39 @@ def header(command: str | None, tool: str = "numlearn.reporting.aggregate", out_
     ])
 
 
+def load_table_results(paths, protocol: str | None = None, skip_bad: bool = False, skipped: list | None = None,
+                       exclude_benchmarks=(), selected: str | Path | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """The result rows a table is built from (``load_results``), without ``exclude_benchmarks`` (the
+    split the weights were chosen on), with the rows at the sweep's chosen weights labelled from
+    ``selected`` (``selected.json``); also returns that file's content (None without one)."""
+    df = load_results(paths, protocol, skip_bad, skipped)
+    sel = None
+    if selected:
+        try:
+            sel = json.loads(Path(selected).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise FileNotFoundError(f"{selected}: not a readable selected.json ({e}); re-run make sweep-report") from None
+        df = mark_selected(df, sel)
+    if exclude_benchmarks:
+        df = df[~df["benchmark"].isin(list(exclude_benchmarks))]
+        if df.empty:
+            raise FileNotFoundError(f"no results left after excluding benchmarks {list(exclude_benchmarks)}")
+    return df, sel
+
+
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
               protocol: str | None = None, skip_bad: bool = False, exclude_benchmarks: tuple[str, ...] = (),
               selected: str | Path | None = None) -> dict:
     skipped: list[str] = []
-    df = load_results(paths, protocol, skip_bad, skipped)
+    df, sel = load_table_results(paths, protocol, skip_bad, skipped, exclude_benchmarks, selected)
     chosen_note = []
-    if selected:
-        sel = json.loads(Path(selected).read_text())
-        df = mark_selected(df, sel)
+    if sel:
         chosen_note = ["", "Rows marked *val-chosen*: the loss's weight chosen on the validation split, never a test "
                        f"split (`{selected}`: " + "; ".join(
                            f"{loss} alpha={float(c['alpha']):g}" + (
                                f", best mean {c.get('column', 'validation')} accuracy {c['accuracy']:.1f} % over "
                                f"{c.get('seeds', '?')} seeds" if "accuracy" in c else "")
                            for loss, c in sel.items()) + ")."]
-    if exclude_benchmarks:
-        df = df[~df["benchmark"].isin(exclude_benchmarks)]
-        if df.empty:
-            raise FileNotFoundError(f"no results left after excluding benchmarks {list(exclude_benchmarks)}")
     for f in skipped:
         print(f"numlearn.reporting.aggregate: skipped unreadable {f}", file=sys.stderr)
     out = Path(out_dir)

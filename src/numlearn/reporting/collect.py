@@ -49,6 +49,9 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
     files: list[Path] = []
     for p in paths:
         p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such result file or run directory; train and evaluate that run "
+                                    "(make reproduce-table1 with its SEEDS) or leave it out")
         files.extend(sorted(p.rglob("result.json")) if p.is_dir() else [p])
     rows, missing = [], []
     for f0 in files:

@@ -26,8 +26,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .aggregate import HELDOUT_METRICS, _row_label, header, heldout_table, mark_selected, paired_bootstrap
-from .collect import load_results
+from .aggregate import (
+    HELDOUT_METRICS,
+    _row_label,
+    header,
+    heldout_table,
+    load_table_results,
+    paired_bootstrap,
+)
 
 # (kind, name, higher is better): accuracy/distance name a table column, held-out names a run.json metric
 DEFAULT_PRIMARY = (("accuracy", "synthetic_test (cot)", True), ("distance", "synthetic_test (cot)", False),
@@ -45,6 +51,8 @@ def _intervals(df: pd.DataFrame, kind: str, name: str, n_boot: int, seed: int, l
             t[c] = t[c] * HELDOUT_METRICS[name][1]
         return t
     field, scale = ("correct_by_id", 100.0) if kind == "accuracy" else ("distance_by_id", 1.0)
+    # every column is bootstrapped although one is kept: the columns share one random stream (and one
+    # seed draw per replicate), so one column alone would not give table1.md's interval at RNG seed 0
     t = paired_bootstrap(df, n_boot=n_boot, seed=seed, field=field, scale=scale, with_macc=False, level=level)
     return t[t["column"] == name] if not t.empty else t
 
@@ -116,13 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--big-boot", type=int, default=20000)
     a = ap.parse_args(argv)
     try:
-        df = load_results(a.results)
-        excl = [b for b in a.exclude_benchmarks.split(",") if b]
-        df = df[~df["benchmark"].isin(excl)]
-        if a.selected:
-            import json
-
-            df = mark_selected(df, json.loads(Path(a.selected).read_text()))
+        df, _ = load_table_results(a.results, exclude_benchmarks=[b for b in a.exclude_benchmarks.split(",") if b],
+                                   selected=a.selected)
         t = robustness(df, boot_seeds=a.boot_seeds, big_boot=a.big_boot)
     except (FileNotFoundError, ValueError) as e:
         print(f"numlearn.reporting.robustness: error: {e}", file=sys.stderr)

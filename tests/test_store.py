@@ -1,0 +1,95 @@
+"""The committed result store: publish copies result files only, says when numbers changed, and
+``pending`` finds exactly the seeds a REUSE=1 run still has to train."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from numlearn.reporting import store
+from numlearn.reporting.collect import load_results
+from numlearn.rundirs import configured_run_roots
+
+RUN = Path("table1_tiny/tiny/del/alpha=0.1")
+
+
+def _result(correct, protocol="strict", limit=None, created="2026-12-01T00:00:00"):
+    n = len(correct)
+    return {"benchmark": {"name": "synthetic_val"}, "mode": "cot", "protocol": protocol,
+            "metrics": {"accuracy": sum(correct) / n, "n": n}, "correct_by_id": {str(i): c for i, c in enumerate(correct)},
+            "run": {"loss": "del", "alpha": 0.1, "heldout": {"digit_acc": 0.5}}, "created": created,
+            "config": {"eval": {"limit": limit}}}
+
+
+def _write(root: Path, seed, bench="synthetic_val", mode="cot", **kw) -> Path:
+    d = root / RUN / f"seed={seed}" / "eval" / bench / mode
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "result.json").write_text(json.dumps(_result(**kw)))
+    (d / "generations.jsonl").write_text('{"id": "0"}\n')
+    return d / "result.json"
+
+
+def test_publish_copies_result_files_and_reports_changed_numbers(tmp_path):
+    out, st = tmp_path / "outputs", tmp_path / "store"
+    f = _write(out, 0, correct=[1, 0, 1])
+    (out / RUN / "seed=0" / "run.json").write_text("{}")
+    got = store.publish([out / RUN], out, st)
+    assert [p.relative_to(st) for p in got.new] == [RUN / "seed=0/eval/synthetic_val/cot/result.json"]
+    assert sorted(p.name for p in st.rglob("*") if p.is_file()) == ["result.json"]  # no generations, no run.json
+    # a re-evaluation with the same numbers but another date and commit is identical
+    f.write_text(json.dumps(_result([1, 0, 1], created="2027-01-01T00:00:00")))
+    got = store.publish([out / RUN / "seed=0"], out, st)
+    assert (len(got.new), len(got.identical), len(got.changed)) == (0, 1, 0)
+    # one problem flips: the same accuracy would hide it, the per-problem scores do not
+    f.write_text(json.dumps(_result([0, 1, 1])))
+    got = store.publish([out / RUN], out, st)
+    assert len(got.changed) == 1 and "numbers differ" in got.summary()
+    assert json.loads(got.changed[0].read_text())["correct_by_id"] == {"0": 0, "1": 1, "2": 1}  # newest wins
+
+
+def test_publish_refuses_what_it_cannot_place_or_read(tmp_path):
+    out, st = tmp_path / "outputs", tmp_path / "store"
+    _write(tmp_path / "elsewhere", 0, correct=[1])
+    with pytest.raises(store.StoreError, match="not inside the output directory"):
+        store.publish([tmp_path / "elsewhere" / RUN], out, st)
+    f = _write(out, 0, correct=[1])
+    f.write_text('{"metrics": {}}')
+    with pytest.raises(store.StoreError, match=r"result\.json: not a readable result file"):
+        store.publish([out / RUN], out, st)
+    assert store.main(["publish", str(out / "nope"), "--outputs", str(out), "--store", str(st)]) == 2
+
+
+VAL = ["experiment=table1_tiny", "loss=del", "loss.alpha=0.1", "eval=synthetic_val"]
+
+
+def test_pending_names_the_seeds_without_a_usable_stored_result(tmp_path, capsys):
+    st = tmp_path / "store"
+    _write(st, 0, correct=[1])
+    _write(st, 1, correct=[1], protocol="official")      # another protocol does not count
+    _write(st, 2, correct=[1], limit=10)                  # nor a result on the first 10 problems
+    _write(st, 3, correct=[1])
+    assert store.pending([*VAL, "seed=0,1,2,3,4"], st) == [1, 2, 4]
+    assert store.main(["pending", *VAL, "seed=0,1,3", "--store", str(st)]) == 0
+    assert capsys.readouterr().out.strip() == "1"
+    # the test evaluation wants synthetic_test and synthetic_ood, CoT and PoT: seed 0 has none of them
+    test = [v for v in VAL if not v.startswith("eval=")]
+    for bench in ("synthetic_test", "synthetic_ood"):
+        _write(st, 5, bench=bench, mode="cot", correct=[1])
+    assert store.pending([*test, "seed=0,5"], st) == [0, 5]
+    for bench in ("synthetic_test", "synthetic_ood"):
+        _write(st, 5, bench=bench, mode="pot", correct=[1])
+    assert store.pending([*test, "seed=0,5"], st) == [0]
+
+
+def test_rundirs_prints_seed_directories_in_the_store():
+    dirs = configured_run_roots(["experiment=table1_tiny", "loss=mle,del", "seed=0,2", "paths.output_dir=results/runs"])
+    assert [str(d) for d in dirs] == [f"results/runs/table1_tiny/tiny/{loss}/alpha={a}/seed={s}"
+                                      for loss, a in (("mle", 0.0), ("del", 1.28)) for s in (0, 2)]
+
+
+def test_a_missing_run_is_an_error_not_a_smaller_table(tmp_path):
+    _write(tmp_path, 0, correct=[1])
+    with pytest.raises(FileNotFoundError, match="seed=1: no such result file or run directory"):
+        load_results([tmp_path / RUN / "seed=0", tmp_path / RUN / "seed=1"])
