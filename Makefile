@@ -125,7 +125,8 @@ TABLE1_REPORT_ARGS = --exclude-benchmarks synthetic_val --out results/table1_tin
 # seeds the store lacks, so an 8-seed table is produced over several sittings; without it every run
 # is redone and the store says whether any number changed.
 REUSE ?= 0
-STORE := paths.output_dir=results/runs
+export NUMLEARN_STORE ?= results/runs
+STORE := paths.output_dir=$(NUMLEARN_STORE)
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n, JOBS=n, REUSE=1)
 	printf '%s\n' $(TABLE1_ROWS) | REUSE=$(REUSE) xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
 	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(SEED_LIST) $(STORE)) \
@@ -148,7 +149,7 @@ sweep-alpha: setup ## Loss-weight sweep (DEL/NTL/DIST2 x 5 weights x SWEEP_SEEDS
 	@$(MAKE) --no-print-directory sweep-report
 # A loss's weight is chosen once its own grid has SWEEP_SEEDS seeds everywhere (exit 2 while any is pending).
 sweep-report: setup ## The sweep's table, plot and chosen weights from the stored results so far (no training)
-	$(PY) -m numlearn.reporting.sweep $$(ls -d results/runs/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
+	$(PY) -m numlearn.reporting.sweep $$(ls -d $(NUMLEARN_STORE)/table1_tiny/tiny/*/alpha=*/seed=*/eval/synthetic_val) \
 		--select-on "synthetic_val (cot)" --out results/sweep_alpha --min-seeds $(SWEEP_SEEDS) --expect mle=0 \
 		--expect del=$(SWEEP_DEL) --expect ntl=$(SWEEP_NTL) --expect dist2=$(SWEEP_DIST2) \
 		--command "make sweep-alpha SWEEP_SEEDS=$(SWEEP_SEEDS) SWEEP_DEL=$(SWEEP_DEL) SWEEP_NTL=$(SWEEP_NTL) SWEEP_DIST2=$(SWEEP_DIST2)"

@@ -5,14 +5,16 @@
 # Called by `make reproduce-table1` and `make sweep-alpha` (with eval=synthetic_val), several rows
 # at a time (JOBS); output lines carry the row. REUSE=1: only the seeds the store lacks a result
 # for (numlearn.reporting.store pending), so a many-seed table is produced over several sittings.
+# NUMLEARN_STORE: the store (default results/runs).
 set -euo pipefail
+store=${NUMLEARN_STORE:-results/runs}
 py=$1 seeds=$2 row=$3
 shift 3
 loss=${row%%:*}
 extra=()
 [[ $row == *:* ]] && extra=("loss.alpha=${row##*:}")
 if [[ ${REUSE:-0} == 1 ]]; then
-  seeds=$("$py" -m numlearn.reporting.store pending experiment=table1_tiny "loss=$loss" "${extra[@]}" "seed=$seeds" "$@")
+  seeds=$("$py" -m numlearn.reporting.store pending experiment=table1_tiny "loss=$loss" "${extra[@]}" "seed=$seeds" "$@" --store "$store")
   if [[ -z $seeds ]]; then echo "[$row] every seed has stored results (REUSE=1): nothing to run"; exit 0; fi
   echo "[$row] seeds without stored results: $seeds"
 fi
@@ -21,5 +23,5 @@ fi
 "$py" -m numlearn.evaluate -m experiment=table1_tiny "loss=$loss" "${extra[@]}" "seed=$seeds" "$@" 2>&1 \
   | sed -u "s/^/[$row evaluate] /"
 mapfile -t dirs < <("$py" -m numlearn.rundirs experiment=table1_tiny "loss=$loss" "${extra[@]}" "seed=$seeds")
-"$py" -m numlearn.reporting.store publish "${dirs[@]}" --outputs "${NUMLEARN_OUTPUT_DIR:-outputs}" 2>&1 \
+"$py" -m numlearn.reporting.store publish "${dirs[@]}" --outputs "${NUMLEARN_OUTPUT_DIR:-outputs}" --store "$store" 2>&1 \
   | sed -u "s/^/[$row] /"

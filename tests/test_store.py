@@ -93,3 +93,21 @@ def test_a_missing_run_is_an_error_not_a_smaller_table(tmp_path):
     _write(tmp_path, 0, correct=[1])
     with pytest.raises(FileNotFoundError, match="seed=1: no such result file or run directory"):
         load_results([tmp_path / RUN / "seed=0", tmp_path / RUN / "seed=1"])
+
+
+def test_run_row_with_reuse_skips_a_row_the_store_already_holds(tmp_path):
+    """REUSE=1 asks the store first: every seed stored -> nothing trained, nothing evaluated."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    st = tmp_path / "store"
+    for seed in (0, 1):
+        _write(st, seed, correct=[1])
+    env = {**os.environ, "REUSE": "1", "NUMLEARN_STORE": str(st), "NUMLEARN_OUTPUT_DIR": str(tmp_path / "outputs")}
+    p = subprocess.run(["bash", str(root / "experiments/run_row.sh"), sys.executable, "0,1", "del:0.1",
+                        "eval=synthetic_val"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "[del:0.1] every seed has stored results (REUSE=1): nothing to run" in p.stdout
+    assert not (tmp_path / "outputs").exists()
