@@ -12,8 +12,10 @@ per-digit-position accuracy, the loss-weight sweep, and the digit distributions 
 held-out numbers (the paper's Figure 1 question: over-sharpened vs over-flattened).
 
 Inputs (environment variables, defaults for `make reproduce-table1` + `make sweep-alpha`):
-`NUMLEARN_NB_RUNS` (Table 1 run dirs), `NUMLEARN_NB_SWEEP` (the model dir holding the sweep's
-<loss>/alpha=*/seed=* runs with validation results, optional).""")
+`NUMLEARN_NB_RUNS` (Table 1's result files: the committed store `results/runs/table1_tiny`, or run
+dirs), `NUMLEARN_NB_SWEEP` (the model dir holding the sweep's <loss>/alpha=*/seed=* results on the
+validation split, optional). The digit-distribution plot needs the trained models, which live in
+the local run dirs (`outputs/`) only.""")
 code("""import os, json
 from pathlib import Path
 import numpy as np, pandas as pd
@@ -22,8 +24,8 @@ import matplotlib.pyplot as plt
 from IPython.display import display, Markdown
 
 ROOT = Path(os.environ.get("NUMLEARN_ROOT", "..")).resolve()
-RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "outputs/table1_tiny"))
-SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "outputs/table1_tiny/tiny"))
+RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "results/runs/table1_tiny"))
+SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "results/runs/table1_tiny/tiny"))
 MAX_EXAMPLES = int(os.environ.get("NUMLEARN_NB_MAX_EXAMPLES", "200"))
 print("runs:", RUNS)""")
 md("## Tables from result files")
@@ -79,6 +81,11 @@ runs = sorted({Path(json.loads(Path(f).read_text())["run"]["run_dir"]) for f in 
 CACHE = Path(os.environ.get("NUMLEARN_NB_CACHE", ROOT / "data_cache"))
 test_file = sorted((CACHE / "synthetic").glob("*/seed=0/test-*.jsonl"), key=lambda p: (-p.stat().st_mtime, -int(p.stem.split("-")[1])))
 records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(test_file[0])][:MAX_EXAMPLES] if test_file else []
+no_model = [rd for rd in runs if not (rd / "final").is_dir()]
+if no_model:  # results from the store whose models this machine does not hold
+    print(f"{len(no_model)} of {len(runs)} runs have no local model (e.g. {no_model[0]}): left out of the plot; "
+          "train them (make reproduce-table1) to include them")
+    runs = [rd for rd in runs if rd not in no_model]
 profiles = {}
 for rd in runs:
     meta = json.loads((rd / "run.json").read_text())
