@@ -4,7 +4,8 @@
 #   [REUSE=1] experiments/run_row.sh PYTHON SEED_LIST ROW [EVALUATE_OVERRIDE ...]
 # Called by `make reproduce-table1` and `make sweep-alpha` (with eval=synthetic_val), several rows
 # at a time (JOBS); output lines carry the row. REUSE=1: only the seeds the store lacks a result
-# for (numlearn.reporting.store pending), so a many-seed table is produced over several sittings.
+# for (python -m numlearn.rundirs --pending: missing, or trained with another recipe), so a
+# many-seed table is produced over several sittings.
 # NUMLEARN_STORE: the store (default results/runs).
 set -euo pipefail
 store=${NUMLEARN_STORE:-results/runs}
@@ -14,7 +15,8 @@ loss=${row%%:*}
 extra=()
 [[ $row == *:* ]] && extra=("loss.alpha=${row##*:}")
 if [[ ${REUSE:-0} == 1 ]]; then
-  seeds=$("$py" -m numlearn.reporting.store pending experiment=table1_tiny "loss=$loss" "${extra[@]}" "seed=$seeds" "$@" --store "$store")
+  seeds=$("$py" -m numlearn.rundirs --pending --store "$store" experiment=table1_tiny "loss=$loss" "${extra[@]}" "seed=$seeds" "$@" \
+    2> >(sed -u "s/^/[$row] /" >&2))
   if [[ -z $seeds ]]; then echo "[$row] every seed has stored results (REUSE=1): nothing to run"; exit 0; fi
   echo "[$row] seeds without stored results: $seeds"
 fi

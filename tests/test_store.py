@@ -1,5 +1,5 @@
 """The committed result store: publish copies result files only, says when numbers changed, and
-``pending`` finds exactly the seeds a REUSE=1 run still has to train."""
+``rundirs --pending`` finds exactly the seeds a REUSE=1 run still has to train."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from numlearn import rundirs
 from numlearn.reporting import store
 from numlearn.reporting.collect import load_results
 from numlearn.rundirs import configured_run_roots
@@ -15,18 +16,32 @@ from numlearn.rundirs import configured_run_roots
 RUN = Path("table1_tiny/tiny/del/alpha=0.1")
 
 
-def _result(correct, protocol="strict", limit=None, created="2026-12-01T00:00:00"):
+def _recipe(seed, **train_changes):
+    """The recipe of the configured run ``experiment=table1_tiny loss=del loss.alpha=0.1 seed=S``."""
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.cli import conf_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        r = rundirs.training_recipe(compose("config", overrides=["experiment=table1_tiny", "loss=del",
+                                                                  "loss.alpha=0.1", f"seed={seed}"]))
+    r["train"].update(train_changes)
+    return r
+
+
+def _result(correct, protocol="strict", limit=None, created="2026-12-01T00:00:00", seed=0, recipe=None):
     n = len(correct)
     return {"benchmark": {"name": "synthetic_val"}, "mode": "cot", "protocol": protocol,
             "metrics": {"accuracy": sum(correct) / n, "n": n}, "correct_by_id": {str(i): c for i, c in enumerate(correct)},
-            "run": {"loss": "del", "alpha": 0.1, "heldout": {"digit_acc": 0.5}}, "created": created,
-            "config": {"eval": {"limit": limit}}}
+            "run": {"loss": "del", "alpha": 0.1, "heldout": {"digit_acc": 0.5},
+                    "recipe": _recipe(seed) if recipe is None else recipe},
+            "created": created, "config": {"eval": {"limit": limit}}}
 
 
 def _write(root: Path, seed, bench="synthetic_val", mode="cot", **kw) -> Path:
     d = root / RUN / f"seed={seed}" / "eval" / bench / mode
     d.mkdir(parents=True, exist_ok=True)
-    (d / "result.json").write_text(json.dumps(_result(**kw)))
+    (d / "result.json").write_text(json.dumps(_result(seed=seed, **kw)))
     (d / "generations.jsonl").write_text('{"id": "0"}\n')
     return d / "result.json"
 
@@ -70,17 +85,47 @@ def test_pending_names_the_seeds_without_a_usable_stored_result(tmp_path, capsys
     _write(st, 1, correct=[1], protocol="official")      # another protocol does not count
     _write(st, 2, correct=[1], limit=10)                  # nor a result on the first 10 problems
     _write(st, 3, correct=[1])
-    assert store.pending([*VAL, "seed=0,1,2,3,4"], st) == [1, 2, 4]
-    assert store.main(["pending", *VAL, "seed=0,1,3", "--store", str(st)]) == 0
+    why = {}
+    assert rundirs.pending_seeds([*VAL, "seed=0,1,2,3,4"], st, report=why.__setitem__) == [1, 2, 4]
+    assert "protocol official" in why[1] and "problem limit 10" in why[2] and "no result" in why[4]
+    assert rundirs.main(["--pending", "--store", str(st), *VAL, "seed=0,1,3"]) == 0
     assert capsys.readouterr().out.strip() == "1"
     # the test evaluation wants synthetic_test and synthetic_ood, CoT and PoT: seed 0 has none of them
     test = [v for v in VAL if not v.startswith("eval=")]
     for bench in ("synthetic_test", "synthetic_ood"):
         _write(st, 5, bench=bench, mode="cot", correct=[1])
-    assert store.pending([*test, "seed=0,5"], st) == [0, 5]
+    assert rundirs.pending_seeds([*test, "seed=0,5"], st) == [0, 5]
     for bench in ("synthetic_test", "synthetic_ood"):
         _write(st, 5, bench=bench, mode="pot", correct=[1])
-    assert store.pending([*test, "seed=0,5"], st) == [0]
+    assert rundirs.pending_seeds([*test, "seed=0,5"], st) == [0]
+
+
+def test_pending_counts_a_result_trained_under_another_recipe_as_missing(tmp_path):
+    """A preset change (here max_steps, the learning rate) must not let old numbers into a table
+    built with the new preset; bookkeeping (logging) and an option added later at its null/false
+    default leave the recipe as it was."""
+    st = tmp_path / "store"
+    _write(st, 0, correct=[1], recipe=_recipe(0, max_steps=1000))
+    _write(st, 1, correct=[1], recipe=_recipe(1, learning_rate=1e-3))
+    _write(st, 2, correct=[1], recipe=_recipe(2, logging_steps=7))
+    old = _recipe(3)
+    old["train"].pop("sampling")  # a key the old preset did not have ...
+    old["train"]["packing_new_option"] = False  # ... and one the new one lacks, at false
+    _write(st, 3, correct=[1], recipe=old)
+    _write(st, 4, correct=[1], recipe=_recipe(0))  # seed 0's recipe under seed 4's path
+    why = {}
+    assert rundirs.pending_seeds([*VAL, "seed=0,1,2,3,4"], st, report=why.__setitem__) == [0, 1, 3, 4]
+    assert "train.max_steps: 1000 -> 1500" in why[0] and "train.learning_rate" in why[1]
+    assert "train.sampling: None -> 'random'" in why[3] and "seed: 0 -> 4" in why[4]
+    # a result file from before run.json recorded its recipe is judged by the config it was evaluated with
+    legacy = _result([1], seed=2)
+    del legacy["run"]["recipe"]
+    legacy["config"].update({k: v for k, v in _recipe(2).items()})
+    (st / RUN / "seed=2/eval/synthetic_val/cot/result.json").write_text(json.dumps(legacy))
+    assert rundirs.pending_seeds([*VAL, "seed=2"], st) == []
+    legacy["config"]["train"]["max_steps"] = 10
+    (st / RUN / "seed=2/eval/synthetic_val/cot/result.json").write_text(json.dumps(legacy))
+    assert rundirs.pending_seeds([*VAL, "seed=2"], st) == [2]
 
 
 def test_rundirs_prints_seed_directories_in_the_store():

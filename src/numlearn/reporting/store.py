@@ -8,10 +8,9 @@ several sittings, and a re-run that publishes over a stored file says whether it
 (same command, same numbers).
 
     python -m numlearn.reporting.store publish outputs/table1_tiny/tiny/del/alpha=0.1 [--store results/runs]
-    python -m numlearn.reporting.store pending experiment=table1_tiny loss=del loss.alpha=0.1 seed=0,1,2 [eval=...]
 
-``pending`` prints the seeds (comma-separated) that lack a stored result for some benchmark and mode
-of the ``eval`` config: ``make ... REUSE=1`` trains and evaluates only those.
+Which seeds the store still lacks is a question about configs, so it lives with them:
+``python -m numlearn.rundirs --pending ...`` (``make ... REUSE=1`` trains and evaluates only those).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ def _numbers(r: dict) -> dict:
             "distance_by_id": r.get("distance_by_id"), "heldout": (r.get("run") or {}).get("heldout")}
 
 
-def _read_result(path: Path) -> dict:
+def read_result(path: Path) -> dict:
     try:
         r = json.loads(path.read_text())
         r["metrics"]["accuracy"], r["benchmark"]["name"], r["mode"]  # noqa: B018 - what every table reads
@@ -81,10 +80,10 @@ def publish(sources: list[str | Path], outputs: str | Path = DEFAULT_OUTPUTS,
         except ValueError:
             raise StoreError(f"{src} is not inside the output directory {outputs}; pass --outputs") from None
         for f in result_files(src):
-            new = _read_result(f)
+            new = read_result(f)
             dest = store / f.relative_to(outputs)
             if dest.exists():
-                same = _numbers(_read_result(dest)) == _numbers(new)
+                same = _numbers(read_result(dest)) == _numbers(new)
                 (done.identical if same else done.changed).append(dest)
             else:
                 done.new.append(dest)
@@ -95,60 +94,6 @@ def publish(sources: list[str | Path], outputs: str | Path = DEFAULT_OUTPUTS,
     return done
 
 
-def _split_seeds(overrides: list[str]) -> tuple[list[str], list[int]]:
-    seeds, rest = [0], []
-    for o in overrides:
-        if o.startswith("seed="):
-            try:
-                seeds = [int(s) for s in o.split("=", 1)[1].split(",") if s != ""]
-            except ValueError:
-                raise StoreError(f"{o!r}: seeds are integers, e.g. seed=0,1,2") from None
-        else:
-            rest.append(o)
-    return rest, seeds
-
-
-def _has_result(d: Path, protocol: str, limit) -> bool:
-    for f in (d / "result.json", d / f"result.{protocol}.json"):
-        if f.exists():
-            r = _read_result(f)
-            if r.get("protocol", "strict") == protocol and \
-                    ((r.get("config") or {}).get("eval") or {}).get("limit") == limit:
-                return True
-    return False
-
-
-def pending(overrides: list[str], store: str | Path = DEFAULT_STORE) -> list[int]:
-    """The seeds of ``overrides`` (``seed=0,1,2``) whose stored results lack a benchmark or mode of
-    their ``eval`` config, or hold it under another protocol or problem limit."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from numlearn.cli import conf_dir
-    from numlearn.evaluation.spec import BenchmarkSpec
-
-    rest, seeds = _split_seeds(overrides)
-    store = Path(store)
-    todo = []
-    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-        for seed in seeds:
-            cfg = compose("evaluate", overrides=[*rest, f"seed={seed}"])
-            outputs = Path(str(cfg.paths.output_dir)).resolve()
-            try:
-                rel = Path(str(cfg.eval_dir)).resolve().relative_to(outputs)
-            except ValueError:
-                raise StoreError(f"eval_dir {cfg.eval_dir} is outside paths.output_dir {outputs}: the store mirrors "
-                                 "the output directory, so leave eval_dir at its default") from None
-            ecfg = cfg.eval
-            limit = OmegaConf.to_container(ecfg).get("limit")
-            protocol = str(ecfg.get("protocol", "strict"))
-            want = [(name, mode) for name, bcfg in ecfg.benchmarks.items()
-                    for mode in BenchmarkSpec.from_config(bcfg).modes(ecfg.modes)]
-            if not all(_has_result(store / rel / name / mode, protocol, limit) for name, mode in want):
-                todo.append(seed)
-    return todo
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="numlearn.reporting.store", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -156,18 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sources", nargs="+", help="run roots or run directories inside --outputs")
     p.add_argument("--outputs", default=str(DEFAULT_OUTPUTS))
     p.add_argument("--store", default=str(DEFAULT_STORE))
-    q = sub.add_parser("pending", help="the seeds without stored results, from Hydra overrides")
-    q.add_argument("overrides", nargs="*")
-    q.add_argument("--store", default=str(DEFAULT_STORE))
     a = ap.parse_args(argv)
     try:
-        if a.cmd == "publish":
-            missing = [s for s in a.sources if not Path(s).exists()]
-            if missing:
-                raise StoreError(f"{missing[0]} does not exist: train and evaluate the run first")
-            print(f"[store] {a.store}: " + publish(a.sources, a.outputs, a.store).summary(), file=sys.stderr)
-        else:
-            print(",".join(map(str, pending(a.overrides, a.store))))
+        missing = [s for s in a.sources if not Path(s).exists()]
+        if missing:
+            raise StoreError(f"{missing[0]} does not exist: train and evaluate the run first")
+        print(f"[store] {a.store}: " + publish(a.sources, a.outputs, a.store).summary(), file=sys.stderr)
     except StoreError as e:
         print(f"numlearn.reporting.store: error: {e}", file=sys.stderr)
         return 2

@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.provenance import provenance, write_json
-from numlearn.rundirs import run_is_complete
+from numlearn.rundirs import recipe_sha, run_is_complete, training_recipe
 from numlearn.training.launch import launch_info
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,8 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "boundary": cfg.data.get("boundary", "split"),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
         "fsdp": bool(cfg.train.get("fsdp")),
+        # what decides the weights, so a stored result can be matched to the preset that made it
+        "recipe": (recipe := training_recipe(cfg)), "recipe_sha": recipe_sha(recipe),
         **provenance(),
     }
 
