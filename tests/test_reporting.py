@@ -110,6 +110,32 @@ def test_protocols_are_never_mixed_in_one_table(results, tmp_path):
     assert set(load_results([results], protocol="strict")["protocol"]) == {"strict"}
 
 
+def test_runs_trained_under_different_recipes_never_share_a_table(results):
+    """A preset changed between sittings (the model's depth, the step count): the table refuses,
+    naming the difference; runs that differ only in loss and seed are one recipe."""
+    recipe = {"model": {"name": "tiny", "config": {"num_hidden_layers": 2}}, "data": {"pot": 0.25},
+              "train": {"max_steps": 1000, "logging_steps": 50}, "loss": {"name": "mle", "alpha": 0.0}, "seed": 0}
+    files = sorted(results.rglob("result.json"))
+    for i, f in enumerate(files):
+        r = json.loads(f.read_text())
+        rec = json.loads(json.dumps(recipe))
+        rec["loss"]["name"], rec["seed"] = r["run"]["loss"], r["run"]["seed"]
+        rec["train"]["logging_steps"] = 10 + i  # bookkeeping, not the recipe
+        r["run"]["recipe"] = rec
+        f.write_text(json.dumps(r))
+    assert len(load_results([results])) == len(files)
+    r = json.loads(files[-1].read_text())
+    r["run"]["recipe"]["model"]["config"]["num_hidden_layers"] = 4
+    files[-1].write_text(json.dumps(r))
+    with pytest.raises(ValueError, match=r"mix training recipes: .* model\.config\.num_hidden_layers: 2 -> 4"):
+        load_results([results])
+    # a file from before run.json recorded its recipe is judged by the config it was evaluated with
+    del r["run"]["recipe"]
+    r["config"] = {**recipe, "train": {"max_steps": 1000}}
+    files[-1].write_text(json.dumps(r))
+    assert len(load_results([results])) == len(files)
+
+
 def test_a_corrupt_result_file_is_named_and_can_be_skipped(results, tmp_path, capsys):
     from numlearn.reporting.aggregate import main
 

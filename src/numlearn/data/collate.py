@@ -100,3 +100,62 @@ class PadCollator:
         if self.with_mask:
             out["attention_mask"] = mask
         return out
+
+
+class PackCollator:
+    """Packs a batch's examples into fewer rows: each row holds whole examples back to back, with
+    ``position_ids`` restarting at 0 for each, so the model attends within an example only
+    (transformers reads restarting positions as packed sequences and builds a block-diagonal
+    causal mask). The same examples and the same target tokens as ``PadCollator``, with fewer pad
+    positions: the step computes the same loss and gradient up to float rounding.
+
+    Rows are filled first-fit, longest example first, up to ``capacity_factor`` x the batch's
+    longest example: 2 removes most padding while keeping each row's attention cost small (one row
+    for the whole batch would make attention quadratic in the batch's token count).
+
+    The first label of every example is IGNORE_INDEX: after the causal shift it would be predicted
+    from the previous example's last token, a target the padded batch never has. The model must
+    be called with ``use_cache=False`` (sent with the batch): with a cache transformers does not
+    look for packed sequences and the examples would attend to each other.
+    """
+
+    def __init__(self, pad_id: int, capacity_factor: int = 2, extra: dict | None = None):
+        if int(capacity_factor) < 1:
+            raise ValueError(f"capacity_factor={capacity_factor!r}: a row holds at least the longest example (>= 1)")
+        self.pad_id, self.factor = pad_id, int(capacity_factor)
+        self.extra = {"use_cache": False, **dict(extra or {})}
+
+    def rows(self, lengths: list[int]) -> list[list[int]]:
+        """Example indices per row (first-fit decreasing; ties keep the batch order)."""
+        cap = self.factor * max(lengths)
+        rows: list[list[int]] = []
+        fill: list[int] = []
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            for r, used in enumerate(fill):
+                if used + lengths[i] <= cap:
+                    rows[r].append(i)
+                    fill[r] += lengths[i]
+                    break
+            else:
+                rows.append([i])
+                fill.append(lengths[i])
+        return rows
+
+    def __call__(self, batch):
+        lengths = [len(b["input_ids"]) for b in batch]
+        rows = self.rows(lengths)
+        n = max(sum(lengths[i] for i in r) for r in rows)
+        ids = torch.full((len(rows), n), self.pad_id, dtype=torch.long)
+        labels = torch.full((len(rows), n), IGNORE_INDEX, dtype=torch.long)
+        pos = torch.zeros((len(rows), n), dtype=torch.long)
+        for r, members in enumerate(rows):
+            o = 0
+            for i in members:
+                L = lengths[i]
+                ids[r, o:o + L] = torch.tensor(batch[i]["input_ids"])
+                labels[r, o:o + L] = torch.tensor(batch[i]["labels"])
+                labels[r, o] = IGNORE_INDEX
+                pos[r, o:o + L] = torch.arange(L)
+                o += L
+            pos[r, o:] = torch.arange(n - o)  # the tail of pads is a sequence of its own
+        return {"input_ids": ids, "labels": labels, "position_ids": pos, **self.extra}

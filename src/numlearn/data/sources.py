@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +88,30 @@ def load_hf(name: str, split: str = "train", limit: int | None = None, **kwargs)
     return [convert_record(dict(r), f"{name}[{i}]") for i, r in enumerate(ds)]
 
 
-def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool = True) -> list[dict[str, str]]:
+def pot_share(pot) -> Fraction:
+    """``data.pot``: true (every problem also as a PoT example), false (none), or the share of
+    problems that get one, in (0, 1]."""
+    if isinstance(pot, bool) or pot is None:
+        return Fraction(int(bool(pot)))
+    try:
+        f = Fraction(str(pot))
+    except (TypeError, ValueError):
+        f = None
+    if f is None or not 0 <= f <= 1:
+        raise ValueError(f"data.pot={pot!r}: true, false, or the share of problems with a PoT example (0 to 1, "
+                         "e.g. 0.25)")
+    return f
+
+
+def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool | float = True) -> list[dict[str, str]]:
+    """Every training problem as a CoT example; ``pot`` (``pot_share``) of them also as a PoT
+    example, spread evenly (problem i has one when floor((i+1) x share) > floor(i x share))."""
+    share = pot_share(pot)
     path = ensure_synthetic(cache_dir, n_train, 0, 0, seed)["train"]
     out = []
-    for r in read_records(path):
+    for i, r in enumerate(read_records(path)):
         out.append({"instruction": r["question"], "output": r["cot"]})
-        if pot:
+        if math.floor((i + 1) * share) > math.floor(i * share):
             out.append({"instruction": r["question"] + POT_SUFFIX, "output": r["pot"]})
     return out
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from numlearn.rundirs import recipe_differences, training_recipe
+
 
 def column_name(benchmark: str, mode: str) -> str:
     return benchmark if mode == "paper" else f"{benchmark} ({mode})"
@@ -40,6 +42,28 @@ class BadResultFile(ValueError):
     pass
 
 
+def shared_recipe(r: dict) -> dict:
+    """What the runs of one table must share: the training recipe of the run behind result ``r``
+    (``run.recipe``, or the evaluation's composed config for older files) less its loss and seed."""
+    rec = training_recipe((r.get("run") or {}).get("recipe") or r.get("config") or {})
+    return {k: v for k, v in rec.items() if k not in ("loss", "seed")}
+
+
+def check_one_recipe(recipes: dict[str, dict]) -> None:
+    """``file -> shared_recipe``: refuse a table whose runs were trained under different recipes
+    (a preset changed between sittings) -- their differences are not the losses'."""
+    if not recipes:
+        return
+    files = sorted(recipes)
+    first = recipes[files[0]]
+    for f in files[1:]:
+        diff = recipe_differences(first, recipes[f])
+        if diff:
+            raise ValueError(f"results mix training recipes: {files[0]} vs {f}: " + "; ".join(diff[:4])
+                             + (" ..." if len(diff) > 4 else "") + ". A table compares losses under one recipe: "
+                             "re-run the stale runs (make ... REUSE=1 finds them) or archive them out of the store")
+
+
 def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad: bool = False,
                  skipped: list | None = None) -> pd.DataFrame:
     """One row per result file. ``protocol``: take each generation's result under that protocol
@@ -53,7 +77,7 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             raise FileNotFoundError(f"{p}: no such result file or run directory; train and evaluate that run "
                                     "(make reproduce-table1 with its SEEDS) or leave it out")
         files.extend(sorted(p.rglob("result.json")) if p.is_dir() else [p])
-    rows, missing = [], []
+    rows, missing, recipes = [], [], {}
     for f0 in files:
         try:
             got = _for_protocol(f0, protocol)
@@ -82,11 +106,13 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             "git": (r.get("git") or {}).get("commit"),
             "heldout": _heldout(run),
         })
+        recipes[str(f)] = shared_recipe(r)
     if missing:
         raise FileNotFoundError(f"{len(missing)} result(s) have no {protocol} scoring (e.g. {missing[0]}); run "
                                 f"python -m numlearn.evaluation.score <generations.jsonl> --protocol {protocol} --write")
     if not rows:
         raise FileNotFoundError(f"no result.json under {[str(p) for p in paths]}; run numlearn.evaluate first")
+    check_one_recipe(recipes)
     df = pd.DataFrame(rows)
     if df["protocol"].nunique() > 1:
         raise ValueError(f"results mix evaluation protocols {sorted(df['protocol'].unique())}; pass --protocol "

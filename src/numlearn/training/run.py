@@ -169,6 +169,13 @@ def check_run_options(cfg) -> None:
     sampling = cfg.train.get("sampling") or "random"
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
+    packing = cfg.train.get("packing")
+    if packing not in (None, False, True) and not (isinstance(packing, int) and packing >= 1):
+        raise ValueError(f"train.packing={packing!r}: false, true (rows of 2x the longest example) or the row "
+                         "capacity as a multiple of the batch's longest example (an integer >= 1)")
+    if packing and cfg.train.get("attention_mask", True):
+        raise ValueError("train.packing needs train.attention_mask=false: packed examples are kept apart through "
+                         "restarting position_ids, which transformers reads only when no attention mask is passed")
 
 
 def plan_run(cfg) -> RunPlan:
@@ -307,7 +314,7 @@ def train(cfg: DictConfig) -> Path:
 def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     from transformers import TrainingArguments
 
-    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.data.collate import PackCollator, PadCollator, tokenize_records
     from numlearn.data.sources import read_records
     from numlearn.data.synthetic import ensure_synthetic
     from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
@@ -380,10 +387,13 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     fused = uses_fused_linear_loss(cfg)
     bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
     bridge.bind_model(model)
+    extra = {"logits_to_keep": 1} if fused else None
+    packing = tcfg.get("packing")
+    collator = (PackCollator(tokenizer.pad_token_id, 2 if packing is True else int(packing), extra=extra) if packing
+                else PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.get("attention_mask", True)),
+                                 extra=extra))
     trainer = NumlearnTrainer(
-        model=model, args=args, train_dataset=feats,
-        data_collator=PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.get("attention_mask", True)),
-                                  extra={"logits_to_keep": 1} if fused else None),
+        model=model, args=args, train_dataset=feats, data_collator=collator,
         processing_class=tokenizer, loss_bridge=bridge,
         callbacks=[MetricsJSONL(run_dir / "metrics.jsonl"), ProgressPrinter()],
     )
