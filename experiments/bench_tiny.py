@@ -2,15 +2,16 @@
 
 Measured in one process, one after the other (ratios from the same run; the machine is noisy):
 
-1. the training step, phase by phase (collate, forward, loss, backward, optimizer) in a plain
-   loop over the embedded default's real batches: random batches, length-grouped batches
-   (``train.sampling=group_by_length``), bf16 autocast;
-2. the same steps through ``python -m numlearn.train`` (the HF Trainer, our loss bridge,
-   logging): its steps/s against the plain loop is the Trainer's overhead;
-3. the share of pad tokens in the batches;
+1. the training step of the configured preset (``experiment=table1_tiny``), phase by phase
+   (collate, forward, loss, backward, optimizer) in a plain loop over its real batches: packed
+   (the preset) and padded (``train.packing=false``: the same computation, more positions), bf16
+   autocast, one process on every core, and JOBS one-thread processes side by side;
+2. the previous preset (recipe 1: 4 layers, every problem also as PoT, padded batches, 1,500 steps)
+   the same way, for the per-run comparison;
+3. both presets through ``python -m numlearn.train`` (the HF Trainer, our loss bridge, logging):
+   steps/s, and the seconds a run spends outside the training loop;
 4. sandboxed PoT programs per second, one at a time and ``eval.program_workers`` at a time;
-5. one seed of Table 1 (four rows, train + evaluate) estimated from 1-4, against the same
-   estimate with the previous settings (one process on every core, programs one at a time).
+5. a whole run (training + its programs) of each preset, estimated from 1-4.
 
 Writes ``results/bench_tiny.json`` and prints the numbers of the previous committed file beside
 this run's (a different run: read those ratios as indicative only).
@@ -41,8 +42,12 @@ def _cfg(overrides):
         return compose("config", overrides=["experiment=table1_tiny", *overrides])
 
 
+# recipe 1, the preset before the calibrated one (results/archive/README.md)
+RECIPE1 = ["model.config.num_hidden_layers=4", "data.pot=true", "train.packing=false", "train.max_steps=1500"]
+
+
 def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: int | None = None) -> dict:
-    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.data.collate import PackCollator, PadCollator, tokenize_records
     from numlearn.training.model import build_model
     from numlearn.training.run import plan_run
 
@@ -54,7 +59,10 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: i
     with tempfile.TemporaryDirectory() as cache:
         model = build_model(cfg.model, plan.tokenizer, cache, seed=0)
     bs = int(cfg.train.per_device_train_batch_size)
-    coll = PadCollator(plan.tokenizer.pad_token_id, with_attention_mask=bool(cfg.train.get("attention_mask", True)))
+    packing = cfg.train.get("packing")
+    coll = (PackCollator(plan.tokenizer.pad_token_id, 2 if packing is True else int(packing)) if packing else
+            PadCollator(plan.tokenizer.pad_token_id, with_attention_mask=bool(cfg.train.get("attention_mask", True))))
+    kw = {"use_cache": False}  # as the Trainer runs the model
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg.train.learning_rate))
     if sampling == "group_by_length":
         from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -74,7 +82,7 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: i
         b = coll([feats[j] for j in order[i * bs:(i + 1) * bs]])
         t1 = time.perf_counter()
         with ctx():
-            logits = model(input_ids=b["input_ids"]).logits
+            logits = model(input_ids=b["input_ids"], position_ids=b.get("position_ids"), **kw).logits
         t2 = time.perf_counter()
         loss = plan.loss_fn(logits.float(), b["labels"]).loss
         t3 = time.perf_counter()
@@ -103,11 +111,11 @@ def concurrent_loops(a, n: int) -> dict:
     return {"processes": n, "steps_per_s_total": sum(rates)}
 
 
-def trainer_run(loss: str, steps: int) -> dict:
+def trainer_run(loss: str, steps: int, overrides=()) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "numlearn.train", "experiment=table1_tiny", f"loss={loss}", f"run_dir={d}/run",
-               f"train.max_steps={steps}", f"train.save_steps={steps * 10}", f"train.logging_steps={steps}",
-               "data.heldout.n=0", "force=true"]
+        cmd = [sys.executable, "-m", "numlearn.train", "experiment=table1_tiny", f"loss={loss}", *overrides,
+               f"run_dir={d}/run", f"train.max_steps={steps}", f"train.save_steps={steps * 10}",
+               f"train.logging_steps={steps}", "data.heldout.n=0", "force=true"]
         t = time.perf_counter()
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.perf_counter() - t
@@ -141,13 +149,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--loop-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    base = [f"loss={a.loss}", "run_dir=/tmp/numlearn-bench-tiny"]
     if a.loop_only:  # one of concurrent_loops' processes
-        cfg = _cfg([f"loss={a.loss}", "run_dir=/tmp/numlearn-bench-tiny"])
+        cfg = _cfg(base)
         print(json.dumps(plain_loop(cfg, a.steps, bf16=False, threads=int(cfg.train.get("torch_threads") or 1))))
         return 0
     from numlearn.provenance import environment, git_info
 
-    cfg = _cfg([f"loss={a.loss}", "run_dir=/tmp/numlearn-bench-tiny"])
+    cfg, cfg_padded, cfg_r1 = _cfg(base), _cfg([*base, "train.packing=false"]), _cfg([*base, *RECIPE1])
     prev = None
     with contextlib.suppress(subprocess.CalledProcessError, json.JSONDecodeError):
         prev = json.loads(subprocess.run(["git", "show", f"HEAD:{OUT.relative_to(REPO)}"], cwd=REPO, check=True,
@@ -156,59 +165,65 @@ def main(argv=None) -> int:
           f"torch threads {torch.get_num_threads()}", flush=True)
     threads = int(cfg.train.get("torch_threads") or torch.get_num_threads())
     cores = os.cpu_count() or 1
-    fp32 = plain_loop(cfg, a.steps, bf16=False, threads=threads)
+    packed = plain_loop(cfg, a.steps, bf16=False, threads=threads)
+    padded = plain_loop(cfg_padded, a.steps, bf16=False, threads=threads)
+    recipe1 = plain_loop(cfg_r1, a.steps, bf16=False, threads=threads)
     all_cores = plain_loop(cfg, a.steps, bf16=False, threads=cores)
-    concurrent = concurrent_loops(a, cores // threads) if cores // threads > 1 else None
+    jobs = 2 * max(cores // threads, 1)  # the Makefile's JOBS=4 on 2 cores
+    concurrent = concurrent_loops(a, jobs) if cores // threads > 1 else None
     bf16 = plain_loop(cfg, a.steps, bf16=True, threads=threads)
-    grouped = plain_loop(cfg, a.steps, bf16=False, sampling="group_by_length", threads=threads)
     trainer = trainer_run(a.loss, max(a.steps * 3, 150))
-    workers = int(_cfg([]).eval.get("program_workers") or os.cpu_count() or 1)
+    trainer_r1 = trainer_run(a.loss, max(a.steps * 3, 150), RECIPE1)
+    workers = int(cfg.eval.get("program_workers") or os.cpu_count() or 1)
     progs = programs(sorted({1, workers}))
-    # A whole run: the configured steps, plus process start-up, plus evaluation, whose cost is the
-    # PoT programs (2 per PoT generation: strict + official wrap; CoT generation takes ~1 s).
-    n_steps = int(cfg.train.max_steps)
+    # A whole run on one core: the preset's steps at the Trainer's rate, the time outside the loop,
+    # and the evaluation's PoT programs (2 per PoT generation: strict + official wrap), which is
+    # what evaluation costs beyond ~1 s of CoT generation per split.
     n_programs = 2 * sum(int(b.generator.n) for b in cfg.eval.benchmarks.values())
-    trainer_share = trainer["steps_per_s"] / fp32["steps_per_s"]  # the Trainer's speed relative to the loop
-    # four Table 1 rows: before, one process on every core and programs one at a time; now, the
-    # configured thread count with JOBS rows at once and program_workers programs at once
-    before = 4 * (n_steps / (all_cores["steps_per_s"] * trainer_share) + trainer["outside_training_s"]
-                  + n_programs / progs[1])
-    per_row_now = (n_steps / (fp32["steps_per_s"] * trainer_share) + trainer["outside_training_s"]
-                   + n_programs / progs[workers])
-    speedup_jobs = (concurrent["steps_per_s_total"] / fp32["steps_per_s"]) if concurrent else 1.0
-    now = 4 * per_row_now / speedup_jobs
+
+    def per_run(c, t):
+        return int(c.train.max_steps) / t["steps_per_s"] + t["outside_training_s"] + n_programs / progs[workers]
+
+    run_now, run_r1 = per_run(cfg, trainer), per_run(cfg_r1, trainer_r1)
     res = {
         "git": git_info(), "environment": environment(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "loss": a.loss, "steps": a.steps,
-        "threads": threads, "cores": cores, "plain_loop_fp32": fp32, "plain_loop_all_cores": all_cores,
-        "concurrent_processes": concurrent,
-        "plain_loop_bf16_autocast": bf16, "plain_loop_group_by_length": grouped,
-        "trainer": trainer,
-        "trainer_overhead": fp32["steps_per_s"] / trainer["steps_per_s"],
+        "loss": a.loss, "steps": a.steps, "threads": threads, "cores": cores,
+        "plain_loop_packed": packed, "plain_loop_padded": padded, "plain_loop_recipe1": recipe1,
+        "plain_loop_all_cores": all_cores, "concurrent_processes": concurrent, "plain_loop_bf16_autocast": bf16,
+        "trainer": trainer, "trainer_recipe1": trainer_r1,
+        "trainer_overhead": packed["steps_per_s"] / trainer["steps_per_s"],
         "programs_per_s": {str(k): v for k, v in progs.items()}, "program_workers": workers,
-        "table1_estimate_s": {"one_process_all_cores_programs_serial": before, "configured": now},
+        "run_estimate_s": {"configured": run_now, "recipe1": run_r1},
+        "packing_speedup": packed["steps_per_s"] / padded["steps_per_s"],
+        "run_speedup_vs_recipe1": run_r1 / run_now,
     }
-    res["table1_speedup"] = before / now
-    print(f"training step (plain loop, fp32, {threads} thread(s)): {fp32['steps_per_s']:.2f} steps/s, "
-          f"{fp32['tokens_per_s']:.0f} tokens/s, {100 * fp32['pad_share']:.1f} % pad tokens; ms/step {fp32['ms_per_step']}")
+    ms = lambda r: r["ms_per_step"]  # noqa: E731
+    print(f"training step, configured preset (packed, plain loop, fp32, {threads} thread(s)): "
+          f"{packed['steps_per_s']:.2f} steps/s, {packed['tokens_per_s']:.0f} tokens/s, "
+          f"{100 * packed['pad_share']:.1f} % pad positions; ms/step {ms(packed)}")
+    print(f"  padded (train.packing=false, the same computation): {padded['steps_per_s']:.2f} steps/s, "
+          f"{100 * padded['pad_share']:.1f} % pad -> packing {res['packing_speedup']:.2f}x")
+    print(f"  recipe 1 (4 layers, padded): {recipe1['steps_per_s']:.2f} steps/s, {recipe1['tokens_per_s']:.0f} tokens/s; "
+          f"ms/step {ms(recipe1)}")
     print(f"  one process on all {cores} cores: {all_cores['steps_per_s']:.2f} steps/s"
-          + (f"; {concurrent['processes']} processes at once: {concurrent['steps_per_s_total']:.2f} steps/s in total"
-             if concurrent else ""))
-    print(f"  bf16 autocast: {bf16['steps_per_s']:.2f} steps/s ({bf16['steps_per_s'] / fp32['steps_per_s']:.2f}x)")
-    print(f"  length-grouped batches: {grouped['steps_per_s']:.2f} steps/s "
-          f"({grouped['steps_per_s'] / fp32['steps_per_s']:.2f}x), {100 * grouped['pad_share']:.1f} % pad tokens")
-    print(f"  through numlearn.train (HF Trainer): {trainer['steps_per_s']:.2f} steps/s "
-          f"(plain loop / Trainer = {res['trainer_overhead']:.2f}); {trainer['outside_training_s']:.1f} s per run "
-          "outside the training loop (start-up, tokenisation, saving)")
+          + (f"; {concurrent['processes']} one-thread processes at once: {concurrent['steps_per_s_total']:.2f} "
+             "steps/s in total" if concurrent else ""))
+    print(f"  bf16 autocast: {bf16['steps_per_s']:.2f} steps/s ({bf16['steps_per_s'] / packed['steps_per_s']:.2f}x; "
+          "not used: the numerics change)")
+    print(f"  through numlearn.train (HF Trainer): {trainer['steps_per_s']:.2f} steps/s (plain loop / Trainer = "
+          f"{res['trainer_overhead']:.2f}), {trainer['outside_training_s']:.1f} s per run outside the loop; "
+          f"recipe 1: {trainer_r1['steps_per_s']:.2f} steps/s, {trainer_r1['outside_training_s']:.1f} s")
     print("PoT programs: " + ", ".join(f"{k} at a time {v:.1f}/s" for k, v in progs.items())
           + (f" ({progs[workers] / progs[1]:.2f}x)" if workers != 1 else ""))
-    print(f"Table 1, one seed (4 rows x {n_steps} steps + {n_programs} programs each), estimated: {before:.0f} s as one "
-          f"process on all cores with programs one at a time -> {now:.0f} s configured ({res['table1_speedup']:.2f}x)")
-    if prev and "table1_estimate_s" in prev:
+    print(f"one run on one core, estimated (steps + start-up + {n_programs} programs): configured "
+          f"{int(cfg.train.max_steps)} steps {run_now:.0f} s, recipe 1 {int(cfg_r1.train.max_steps)} steps "
+          f"{run_r1:.0f} s -> {res['run_speedup_vs_recipe1']:.2f}x")
+    if prev:
         pc = prev.get("git", {}).get("commit", "?")[:10]
-        print(f"previous committed bench ({pc}, another run): Trainer {prev['trainer']['steps_per_s']:.2f} steps/s -> "
-              f"{trainer['steps_per_s']:.2f}; tokens/s {prev['plain_loop_fp32']['tokens_per_s']:.0f} -> "
-              f"{fp32['tokens_per_s']:.0f}; Table 1 estimate {prev['table1_estimate_s']['configured']:.0f} s -> {now:.0f} s")
+        pt = prev.get("plain_loop_packed") or prev.get("plain_loop_fp32") or {}
+        print(f"previous committed bench ({pc}, another run): Trainer {prev['trainer']['steps_per_s']:.2f} -> "
+              f"{trainer['steps_per_s']:.2f} steps/s; plain-loop tokens/s {pt.get('tokens_per_s', float('nan')):.0f} -> "
+              f"{packed['tokens_per_s']:.0f}")
     if not a.no_write:
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(res, indent=2) + "\n")
