@@ -46,7 +46,8 @@ def _cfg(overrides):
 RECIPE1 = ["model.config.num_hidden_layers=4", "data.pot=true", "train.packing=false", "train.max_steps=1500"]
 
 
-def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: int | None = None) -> dict:
+def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: int | None = None,
+               compile_model: bool = False) -> dict:
     from numlearn.data.collate import PackCollator, PadCollator, tokenize_records
     from numlearn.training.model import build_model
     from numlearn.training.run import plan_run
@@ -63,6 +64,7 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: i
     coll = (PackCollator(plan.tokenizer.pad_token_id, 2 if packing is True else int(packing)) if packing else
             PadCollator(plan.tokenizer.pad_token_id, with_attention_mask=bool(cfg.train.get("attention_mask", True))))
     kw = {"use_cache": False}  # as the Trainer runs the model
+    fwd = torch.compile(model, dynamic=True) if compile_model else model
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg.train.learning_rate))
     if sampling == "group_by_length":
         from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -77,12 +79,13 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: i
     phases = dict.fromkeys(("collate", "forward", "loss", "backward", "optimizer"), 0.0)
     real = padded = 0
     warm = 5
+    t_start = time.perf_counter()
     for i in range(warm + steps):
         t0 = time.perf_counter()
         b = coll([feats[j] for j in order[i * bs:(i + 1) * bs]])
         t1 = time.perf_counter()
         with ctx():
-            logits = model(input_ids=b["input_ids"], position_ids=b.get("position_ids"), **kw).logits
+            logits = fwd(input_ids=b["input_ids"], position_ids=b.get("position_ids"), **kw).logits
         t2 = time.perf_counter()
         loss = plan.loss_fn(logits.float(), b["labels"]).loss
         t3 = time.perf_counter()
@@ -92,6 +95,8 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: i
         opt.step()
         opt.zero_grad(set_to_none=True)
         t5 = time.perf_counter()
+        if i == warm - 1:
+            warmup_s = t5 - t_start  # with torch.compile: the compilation
         if i >= warm:
             for k, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
                 phases[k] += dt
@@ -99,7 +104,7 @@ def plain_loop(cfg, steps: int, bf16: bool, sampling: str = "random", threads: i
             padded += b["input_ids"].numel()
     total = sum(phases.values())
     return {"steps_per_s": steps / total, "tokens_per_s": real / total, "pad_share": 1 - real / padded,
-            "ms_per_step": {k: round(1000 * v / steps, 2) for k, v in phases.items()}}
+            "ms_per_step": {k: round(1000 * v / steps, 2) for k, v in phases.items()}, "warmup_s": round(warmup_s, 1)}
 
 
 def concurrent_loops(a, n: int) -> dict:
@@ -172,6 +177,7 @@ def main(argv=None) -> int:
     jobs = 2 * max(cores // threads, 1)  # the Makefile's JOBS=4 on 2 cores
     concurrent = concurrent_loops(a, jobs) if cores // threads > 1 else None
     bf16 = plain_loop(cfg, a.steps, bf16=True, threads=threads)
+    compiled = plain_loop(cfg, a.steps, bf16=False, threads=threads, compile_model=True)
     trainer = trainer_run(a.loss, max(a.steps * 3, 150))
     trainer_r1 = trainer_run(a.loss, max(a.steps * 3, 150), RECIPE1)
     workers = int(cfg.eval.get("program_workers") or os.cpu_count() or 1)
@@ -190,7 +196,7 @@ def main(argv=None) -> int:
         "loss": a.loss, "steps": a.steps, "threads": threads, "cores": cores,
         "plain_loop_packed": packed, "plain_loop_padded": padded, "plain_loop_recipe1": recipe1,
         "plain_loop_all_cores": all_cores, "concurrent_processes": concurrent, "plain_loop_bf16_autocast": bf16,
-        "trainer": trainer, "trainer_recipe1": trainer_r1,
+        "plain_loop_torch_compile": compiled, "trainer": trainer, "trainer_recipe1": trainer_r1,
         "trainer_overhead": packed["steps_per_s"] / trainer["steps_per_s"],
         "programs_per_s": {str(k): v for k, v in progs.items()}, "program_workers": workers,
         "run_estimate_s": {"configured": run_now, "recipe1": run_r1},
@@ -210,6 +216,11 @@ def main(argv=None) -> int:
              "steps/s in total" if concurrent else ""))
     print(f"  bf16 autocast: {bf16['steps_per_s']:.2f} steps/s ({bf16['steps_per_s'] / packed['steps_per_s']:.2f}x; "
           "not used: the numerics change)")
+    print(f"  torch.compile (inductor, dynamic shapes): {compiled['steps_per_s']:.2f} steps/s "
+          f"({compiled['steps_per_s'] / packed['steps_per_s']:.2f}x) after {compiled['warmup_s']:.0f} s of compilation "
+          f"(5 steps: {packed['warmup_s']:.1f} s uncompiled); over the preset's {int(cfg.train.max_steps)} steps "
+          f"{int(cfg.train.max_steps) / compiled['steps_per_s'] + compiled['warmup_s']:.0f} s against "
+          f"{int(cfg.train.max_steps) / packed['steps_per_s'] + packed['warmup_s']:.0f} s")
     print(f"  through numlearn.train (HF Trainer): {trainer['steps_per_s']:.2f} steps/s (plain loop / Trainer = "
           f"{res['trainer_overhead']:.2f}), {trainer['outside_training_s']:.1f} s per run outside the loop; "
           f"recipe 1: {trainer_r1['steps_per_s']:.2f} steps/s, {trainer_r1['outside_training_s']:.1f} s")
