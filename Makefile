@@ -113,8 +113,9 @@ SELECTED := $(shell test -f results/sweep_alpha/selected.json && $(PYTHON) -c "i
 # One chain (train then evaluate, all seeds) per row, JOBS chains at a time: the tiny preset trains on
 # one thread (train.torch_threads=1, so its numbers do not depend on the core count or on JOBS), and
 # one-thread processes side by side get more work done on 2 cores than one two-thread process (make
-# bench-tiny). JOBS=4 on 2 cores: the seven rows of a one-seed table share the cores evenly instead of
-# running in four waves of two with the last one alone (~16 vs ~19 minutes).
+# bench-tiny). JOBS=4 on 2 cores: a fresh clone's one-seed table (seven rows) took 1,271 s. More
+# processes than that cost more than they save: with JOBS=7 each run's training took ~285 core-s
+# instead of ~225 (measured on the same preset), outweighing the idle core at the end.
 JOBS ?= 4
 TABLE1_ROWS = $(subst $(comma), ,$(TABLE1_LOSSES)) $(SELECTED)
 comma := ,
