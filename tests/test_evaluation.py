@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -182,9 +183,16 @@ def test_evaluate_end_to_end_and_scorer(saved_tiny_model, tmp_path):
         cfg = compose("evaluate", overrides=[f"model_path={saved_tiny_model}", f"eval_dir={tmp_path}/eval",
                                              f"paths.cache_dir={tmp_path}/cache", "eval.benchmarks.synthetic_test.generator.n=6",
                                              "eval.benchmarks.synthetic_ood.generator.n=4", "eval.max_new_tokens_cap=8"])
-    files = run_evaluation(cfg)
+    assert cfg.eval.torch_threads == 1  # the embedded default's JOBS evaluations at once each take one thread
+    torch.set_num_threads(2)
+    try:
+        files = run_evaluation(cfg)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(1)
     assert len(files) == 4
     res = json.loads(files[0].read_text())
+    assert res["environment"]["torch_threads"] == 1  # what generation ran with, recorded
     for key in ("metrics", "n", "benchmark", "backend", "sampling", "packages", "git", "config", "correct_by_id"):
         assert key in res
     assert res["sampling"]["temperature"] == 0.0 and res["benchmark"]["sha256"]

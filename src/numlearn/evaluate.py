@@ -72,6 +72,10 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     if not Path(model_path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hub_cache(model_path):
         raise FileNotFoundError(f"model {model_path!r} is neither a directory nor a cached hub model, and the hub is "
                                 "offline (HF_HUB_OFFLINE=1): pass model_path=<model dir> or train the run first")
+    if threads := ecfg.get("torch_threads"):
+        import torch
+
+        torch.set_num_threads(int(threads))  # before the backend: recorded in provenance below
     backend = backend_from_config(ecfg, model_path, seed=int(cfg.seed))
     prov = provenance()
     # what the generations come from, fixed for this evaluation (the model dir is walked once)
