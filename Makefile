@@ -113,7 +113,8 @@ SELECTED := $(shell test -f results/sweep_alpha/selected.json && $(PYTHON) -c "i
 # One chain (train then evaluate, all seeds) per row, JOBS chains at a time: the tiny preset trains on
 # one thread (train.torch_threads=1, so its numbers do not depend on the core count or on JOBS); on
 # 2 cores four one-thread processes do about what one two-thread process does (make bench-tiny,
-# recipe 2: 7.92 vs 8.13 steps/s in total). JOBS=4 on 2 cores: a fresh clone's one-seed table (seven rows) took 1,271 s. More
+# recipe 2: 7.92 vs 8.13 steps/s in total). JOBS=4 on 2 cores: a fresh clone's one-seed table (seven rows) took 1,093 s, set-up included
+# (86e02b4; 1,271 s at 7e52acb, when each evaluation still took two threads: eval.torch_threads). More
 # processes than that cost more than they save: with JOBS=7 each run's training took ~285 core-s
 # instead of ~225 (measured on the same preset), outweighing the idle core at the end.
 JOBS ?= 4
