@@ -1,0 +1,46 @@
+"""The make targets that build Table 1 from the store, dry-run (`make -n`): which seeds each reads,
+where it writes, and the command its tables record."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+
+def _dry_run(*args: str) -> str:
+    out = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _aggregate_line(out: str) -> str:
+    lines = [ln for ln in out.splitlines() if "numlearn.reporting.aggregate" in ln]
+    assert len(lines) == 1, out[-3000:]
+    return lines[0]
+
+
+def test_reproduce_table1_builds_its_tables_from_seeds_0_to_seeds_minus_1():
+    out = _dry_run("reproduce-table1", "SEEDS=2", "REUSE=1", "JOBS=4")
+    assert "xargs -P 4 -I{} bash experiments/run_row.sh .venv/bin/python 0,1 {}" in out  # every row, seeds 0-1
+    assert "seed=0,1 " in out and "seed=0,1,2" not in out
+    agg = _aggregate_line(out)
+    assert "--out results/table1_tiny " in agg and '--command "make reproduce-table1 SEEDS=2 REUSE=1"' in agg
+    assert "if [ 2 -ge 3 ]" in out  # robustness needs the 3 seeds a significance call needs
+
+
+def test_table1_unswept_reads_only_the_seeds_the_weight_selection_never_saw():
+    out = _dry_run("table1-unswept", "SEEDS=8", "SWEEP_SEEDS=3")
+    assert "seed=3,4,5,6,7 " in out
+    assert not any(f"seed={s}," in out for s in (0, 1, 2))
+    agg = _aggregate_line(out)
+    assert "--out results/table1_tiny/unswept_seeds " in agg
+    assert '--command "make table1-unswept SEEDS=8"' in agg
+    assert "if [ 5 -ge 3 ]" in out
+    assert "run_row.sh" not in out  # tables only: nothing is trained or evaluated
