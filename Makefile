@@ -113,8 +113,9 @@ SELECTED := $(shell test -f results/sweep_alpha/selected.json && $(PYTHON) -c "i
 # One chain (train then evaluate, all seeds) per row, JOBS chains at a time: the tiny preset trains on
 # one thread (train.torch_threads=1, so its numbers do not depend on the core count or on JOBS); on
 # 2 cores four one-thread processes do about what one two-thread process does (make bench-tiny,
-# recipe 2: 7.92 vs 8.13 steps/s in total). JOBS=4 on 2 cores: a fresh clone's one-seed table (seven rows) took 1,093 s, set-up included
-# (86e02b4; 1,271 s at 7e52acb, when each evaluation still took two threads: eval.torch_threads). More
+# recipe 2: 7.92 vs 8.13 steps/s in total). JOBS=4 on 2 cores: a fresh clone's one-seed table
+# (seven rows) took 1,093 s, set-up included (86e02b4; 1,271 s at 7e52acb, when each evaluation
+# still took two threads: eval.torch_threads). More
 # processes than that cost more than they save: with JOBS=7 each run's training took ~285 core-s
 # instead of ~225 (measured on the same preset), outweighing the idle core at the end.
 JOBS ?= 4
@@ -123,7 +124,7 @@ comma := ,
 # robustness.md (how firm each "minus MLE" call is) needs the 3 seeds a significance call needs
 TABLE1_SEEDS ?= $(SEED_LIST)
 TABLE1_OUT ?= results/table1_tiny
-TABLE1_COMMAND ?= make reproduce-table1 SEEDS=$(SEEDS)$(if $(filter 1,$(REUSE)), REUSE=1)
+TABLE1_COMMAND ?= make table1-tables TABLE1_SEEDS=$(TABLE1_SEEDS) TABLE1_OUT=$(TABLE1_OUT)
 TABLE1_REPORT_ARGS = --exclude-benchmarks synthetic_val --out $(TABLE1_OUT) \
 	$(if $(SELECTED),--selected results/sweep_alpha/selected.json) --command "$(TABLE1_COMMAND)"
 # Every row publishes its result files into the committed store results/runs (numlearn.reporting.store),
@@ -135,7 +136,8 @@ export NUMLEARN_STORE ?= results/runs
 STORE := paths.output_dir=$(NUMLEARN_STORE)
 reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on the tiny model, evaluate, aggregate (SEEDS=n, JOBS=n, REUSE=1)
 	printf '%s\n' $(TABLE1_ROWS) | REUSE=$(REUSE) xargs -P $(JOBS) -I{} bash experiments/run_row.sh $(PY) $(SEED_LIST) {}
-	@$(MAKE) --no-print-directory table1-tables
+	@$(MAKE) --no-print-directory table1-tables \
+		TABLE1_COMMAND="make reproduce-table1 SEEDS=$(SEEDS)$(if $(filter 1,$(REUSE)), REUSE=1)"
 
 table1-tables: setup ## Table 1's tables from the store only, no training (TABLE1_SEEDS=0,1,... TABLE1_OUT=dir)
 	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(TABLE1_SEEDS) $(STORE)) \
@@ -147,6 +149,7 @@ table1-tables: setup ## Table 1's tables from the store only, no training (TABLE
 # models are also in Table 1 (a seed that did well on validation may do well on test): the same
 # tables from the seeds the selection never saw, SWEEP_SEEDS..SEEDS-1, show whether that inflated them.
 table1-unswept: setup ## Table 1 from the seeds the weight selection never saw (SWEEP_SEEDS..SEEDS-1; store only) -> results/table1_tiny/unswept_seeds
+	@test $(SEEDS) -gt $(SWEEP_SEEDS) || { echo "table1-unswept: SEEDS=$(SEEDS) leaves no seed beyond the sweep's $(SWEEP_SEEDS): give SEEDS > SWEEP_SEEDS (e.g. SEEDS=8)" >&2; exit 2; }
 	@$(MAKE) --no-print-directory table1-tables TABLE1_SEEDS=$$(seq -s, $(SWEEP_SEEDS) $$(( $(SEEDS) - 1 ))) \
 		TABLE1_OUT=results/table1_tiny/unswept_seeds TABLE1_COMMAND="make table1-unswept SEEDS=$(SEEDS)"
 

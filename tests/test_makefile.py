@@ -13,9 +13,13 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 
+def _make(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
 def _dry_run(*args: str) -> str:
-    out = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    out = _make("-n", *args)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
@@ -44,3 +48,16 @@ def test_table1_unswept_reads_only_the_seeds_the_weight_selection_never_saw():
     assert '--command "make table1-unswept SEEDS=8"' in agg
     assert "if [ 5 -ge 3 ]" in out
     assert "run_row.sh" not in out  # tables only: nothing is trained or evaluated
+
+
+def test_table1_tables_records_the_command_that_built_them():
+    out = _dry_run("table1-tables", "TABLE1_SEEDS=3,4", "TABLE1_OUT=/tmp/t")
+    assert "seed=3,4 " in out
+    agg = _aggregate_line(out)
+    assert '--out /tmp/t ' in agg and '--command "make table1-tables TABLE1_SEEDS=3,4 TABLE1_OUT=/tmp/t"' in agg
+
+
+def test_table1_unswept_without_a_seed_beyond_the_sweep_is_a_clear_error():
+    out = _make("table1-unswept", "SEEDS=3", "SWEEP_SEEDS=3")  # fails before any python runs
+    assert out.returncode != 0
+    assert "SEEDS=3 leaves no seed beyond the sweep's 3: give SEEDS > SWEEP_SEEDS" in out.stderr

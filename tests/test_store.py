@@ -134,6 +134,19 @@ def test_rundirs_prints_seed_directories_in_the_store():
                                       for loss, a in (("mle", 0.0), ("del", 1.28)) for s in (0, 2)]
 
 
+@pytest.mark.parametrize("override", ["seed=", "seed=,"])
+def test_an_empty_seed_list_is_an_error_not_every_stored_seed(override, capsys):
+    """Without its seed level a run root stands for every seed stored under it: an empty ``seed=``
+    (e.g. a make variable that came out empty) must not turn into that."""
+    with pytest.raises(ValueError, match="names no seed"):
+        configured_run_roots(["experiment=table1_tiny", "loss=mle", override])
+    with pytest.raises(ValueError, match="names no seed"):
+        rundirs.pending_seeds(["experiment=table1_tiny", "loss=mle", override], "results/runs")
+    assert rundirs.main(["experiment=table1_tiny", "loss=mle", override]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "names no seed" in err
+
+
 def test_a_missing_run_is_an_error_not_a_smaller_table(tmp_path):
     _write(tmp_path, 0, correct=[1])
     with pytest.raises(FileNotFoundError, match="seed=1: no such result file or run directory"):

@@ -68,7 +68,7 @@ def configured_run_roots(overrides: list[str]) -> list[Path]:
         if o.startswith("loss="):
             losses = o.split("=", 1)[1].split(",")
         elif o.startswith("seed="):
-            seeds = [s for s in o.split("=", 1)[1].split(",") if s]
+            seeds = seed_list(o)
         else:
             rest.append(o)
     out = []
@@ -105,14 +105,23 @@ def run_meta_of_model(model_path: str | Path) -> dict | None:
     return json.loads((p.parent / RUN_META).read_text())
 
 
+def seed_list(override: str) -> list[int]:
+    """The seeds of a ``seed=0,1,2`` override. An empty list is an error, not "every seed": a run
+    root without its seed level would stand for all the seeds stored under it."""
+    try:
+        seeds = [int(s) for s in override.split("=", 1)[1].split(",") if s != ""]
+    except ValueError:
+        raise ValueError(f"{override!r}: seeds are integers, e.g. seed=0,1,2") from None
+    if not seeds:
+        raise ValueError(f"{override!r} names no seed: give at least one, e.g. seed=0,1,2")
+    return seeds
+
+
 def _split_seeds(overrides: list[str]) -> tuple[list[str], list[int]]:
     seeds, rest = [0], []
     for o in overrides:
         if o.startswith("seed="):
-            try:
-                seeds = [int(s) for s in o.split("=", 1)[1].split(",") if s != ""]
-            except ValueError:
-                raise ValueError(f"{o!r}: seeds are integers, e.g. seed=0,1,2") from None
+            seeds = seed_list(o)
         else:
             rest.append(o)
     return rest, seeds
@@ -186,7 +195,12 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] != "--pending":
-        for p in configured_run_roots(argv):
+        try:
+            roots = configured_run_roots(argv)
+        except ValueError as e:
+            print(f"numlearn.rundirs: error: {e}", file=sys.stderr)
+            return 2
+        for p in roots:
             print(p)
         return 0
     ap = argparse.ArgumentParser(prog="numlearn.rundirs --pending",
