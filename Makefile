@@ -140,8 +140,9 @@ reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL on 
 		TABLE1_COMMAND="make reproduce-table1 SEEDS=$(SEEDS)$(if $(filter 1,$(REUSE)), REUSE=1)"
 
 table1-tables: setup ## Table 1's tables from the store only, no training (TABLE1_SEEDS=0,1,... TABLE1_OUT=dir)
-	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(TABLE1_SEEDS) $(STORE)) \
-		$$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} loss.alpha=$${la##*:} seed=$(TABLE1_SEEDS) $(STORE); done)" && \
+	runs="$$($(PY) -m numlearn.rundirs experiment=table1_tiny loss=$(TABLE1_LOSSES) seed=$(TABLE1_SEEDS) $(STORE))" && \
+	runs="$$runs $$(for la in $(SELECTED); do $(PY) -m numlearn.rundirs experiment=table1_tiny loss=$${la%%:*} \
+		loss.alpha=$${la##*:} seed=$(TABLE1_SEEDS) $(STORE) || exit 1; done)" && \
 	$(PY) -m numlearn.reporting.aggregate $$runs $(TABLE1_REPORT_ARGS) && \
 	if [ $(words $(subst $(comma), ,$(TABLE1_SEEDS))) -ge 3 ]; then $(PY) -m numlearn.reporting.robustness $$runs $(TABLE1_REPORT_ARGS) > /dev/null; fi
 

@@ -61,3 +61,11 @@ def test_table1_unswept_without_a_seed_beyond_the_sweep_is_a_clear_error():
     out = _make("table1-unswept", "SEEDS=3", "SWEEP_SEEDS=3")  # fails before any python runs
     assert out.returncode != 0
     assert "SEEDS=3 leaves no seed beyond the sweep's 3: give SEEDS > SWEEP_SEEDS" in out.stderr
+
+
+def test_table1_tables_stops_when_a_row_cannot_be_resolved(tmp_path):
+    """A row whose run directories cannot be named stops the target; the others must not make a
+    smaller table (the selected rows' lookups come after the official rows' in one recipe)."""
+    out = _make("table1-tables", "TABLE1_LOSSES=nosuchloss", "TABLE1_SEEDS=0", f"TABLE1_OUT={tmp_path}/t")
+    assert out.returncode != 0
+    assert not (tmp_path / "t").exists(), "a table was written without the row that failed"
