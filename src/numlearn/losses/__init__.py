@@ -2,7 +2,8 @@
 
     from numlearn.losses import build_loss
     loss_fn = build_loss("del", tokenizer, alpha=1.28)      # alpha: weight on the step scale
-    out = loss_fn(logits, labels, num_items_in_batch=None)   # logits [B, T, V], labels [B, T]
+    out = loss_fn(logits, labels, num_items_in_batch=None)   # logits [B, T, V], labels [B, T] unshifted
+    # (labels_shifted=True for labels that already hold each position's target)
     out.loss.backward(); out.ce, out.aux, out.stats
 
 This package imports nothing from the rest of numlearn.
@@ -10,14 +11,24 @@ This package imports nothing from the rest of numlearn.
 
 from .base import AUX_NORMALIZATIONS, LossOutput, TokenLoss, digit_summary, digit_view, effective_weight
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
+from .linear import LogitTransform
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .registry import LOSSES, build_loss
-from .spans import IGNORE_INDEX, DigitTargets, count_digit_targets, number_spans, shift_targets
+from .spans import (
+    IGNORE_INDEX,
+    DigitTargets,
+    count_digit_targets,
+    count_targets,
+    number_spans,
+    shift_targets,
+    to_targets,
+)
+from .steps import StepCounts, backward_scale, step_counts
 from .token_level import EMOLoss, MixCELoss
 
 __all__ = [
     "AUX_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
     "build_loss", "count_digit_targets", "digit_summary", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
-    "shift_targets",
+    "shift_targets", "LogitTransform", "StepCounts", "backward_scale", "count_targets", "step_counts", "to_targets",
 ]

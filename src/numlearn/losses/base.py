@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .digits import DigitVocab
-from .linear import DEFAULT_CHUNK, linear_ce_and_digit_logits
-from .spans import IGNORE_INDEX, DigitTargets, number_spans, shift_targets
+from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
+from .spans import IGNORE_INDEX, DigitTargets, number_spans, to_targets
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
 AUX_NORMALIZATIONS = {
@@ -113,7 +113,9 @@ class TokenLoss:
     num_digits_in_batch=None) -> LossOutput``.
 
     logits: ``[B, T, V]`` straight from a causal LM (any float dtype).
-    labels: ``[B, T]`` unshifted, IGNORE_INDEX (-100) where not trained; shifted here.
+    labels: ``[B, T]``, IGNORE_INDEX (-100) where not trained. Unshifted (Hugging Face's convention:
+        the model's input ids, masked) and shifted here; ``labels_shifted=True`` for labels that
+        already hold each position's target (ntloss's convention, collators' ``shift_labels``).
     num_items_in_batch: response tokens in the whole optimizer step (what the HF Trainer passes);
         None -> CE is the mean over this batch's response tokens.
     num_digits_in_batch: digit targets in the whole optimizer step, summed over processes; used by
@@ -128,8 +130,11 @@ class TokenLoss:
         self.vocab = vocab
 
     def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None) -> LossOutput:
+                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
         raise NotImplementedError
+
+    #: the loss has a numeric term whose normalisation needs the step's digit count
+    has_numeric_term = False
 
     @staticmethod
     def _ce_denominator(targets: torch.Tensor, num_items_in_batch) -> torch.Tensor:
@@ -182,13 +187,17 @@ class DigitLoss(TokenLoss):
         """Weight of the numeric term relative to a per-step mean over digit targets."""
         return effective_weight(self.alpha, self.aux_normalization, grad_accum, world_size)
 
+    @property
+    def has_numeric_term(self) -> bool:  # noqa: D102
+        return self.alpha > 0
+
     def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None) -> LossOutput:
+                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
         V = logits.shape[-1]
-        targets = shift_targets(labels.to(logits.device))
+        targets = to_targets(labels.to(logits.device), labels_shifted)
         dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
         flat_t = targets.reshape(-1)
         ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
@@ -198,31 +207,38 @@ class DigitLoss(TokenLoss):
                              num_microbatches_in_step)
 
     def from_hidden(self, hidden, lm_head_weight, labels, lm_head_bias=None, num_items_in_batch=None,
-                    num_digits_in_batch=None, num_microbatches_in_step=None, chunk_size: int = DEFAULT_CHUNK) -> LossOutput:
-        """The same loss as ``self(hidden @ lm_head_weight.T + lm_head_bias, labels, ...)``, in value
-        and in gradient (w.r.t. ``hidden``, the weight and the bias), without materialising the
-        ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a time
-        (``linear.chunked_linear_cross_entropy``) and the numeric term from the ten digit columns.
+                    num_digits_in_batch=None, num_microbatches_in_step=None, chunk_size: int = DEFAULT_CHUNK,
+                    logit_transform: LogitTransform | None = None, labels_shifted: bool = False) -> LossOutput:
+        """The same loss as ``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels,
+        ...)``, in value and in gradient (w.r.t. ``hidden``, the weight and the bias), without
+        materialising the ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a
+        time (``linear.chunked_linear_cross_entropy``; see there for choosing it) and the numeric
+        term from the ten digit columns.
 
-        hidden: ``[B, T, H]`` final hidden states (after the last norm), any float dtype.
+        hidden: ``[B, T, H]`` final hidden states (after the last norm), any float dtype; works under
+            ``torch.autocast``.
         lm_head_weight: ``[V, H]`` (tied embeddings: the embedding matrix); lm_head_bias: ``[V]`` or None.
+        logit_transform: what the model's head does after the product (``LogitTransform``: Granite's
+            ``1 / logits_scaling``, Cohere's ``logit_scale``, Gemma-2/3's soft cap);
+            ``numlearn.integrations.hf.logit_transform(model)`` reads it off a Hugging Face model.
+            None: the logits are ``hidden @ W.T + b``.
         """
         if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
             raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
                              f"and {tuple(labels.shape)}")
-        targets = shift_targets(labels.to(hidden.device))
+        targets = to_targets(labels.to(hidden.device), labels_shifted)
         flat_t = targets.reshape(-1)
         h2 = hidden.reshape(-1, hidden.shape[-1])
         idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
             none = torch.zeros(0, dtype=torch.long, device=hidden.device)
             ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
-                                                   chunk_size)
+                                                   chunk_size, logit_transform)
             ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
             return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
         dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
         ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
-                                                self._digit_ids(hidden.device), chunk_size)
+                                                self._digit_ids(hidden.device), chunk_size, logit_transform)
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step)
 
@@ -271,11 +287,11 @@ def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
     return {"digit_acc": s["correct"] / n, "digit_entropy": s["entropy"] / n, "n_digits": s["n"]}
 
 
-def digit_view(logits, labels, vocab: DigitVocab, float_spans: bool = True):
+def digit_view(logits, labels, vocab: DigitVocab, float_spans: bool = True, labels_shifted: bool = False):
     """(fp32 ``[N, 10]`` digit logits, DigitTargets) of a batch, without gradients: for analysis
     (digit distributions per loss, the paper's Figure 1) rather than training."""
     with torch.no_grad():
-        targets = shift_targets(labels.to(logits.device))
+        targets = to_targets(labels.to(logits.device), labels_shifted)
         dt = number_spans(targets, vocab, float_spans=float_spans)
         ids = torch.tensor(vocab.digit_ids, device=logits.device)
         zd = logits.reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()

@@ -36,6 +36,40 @@ class DigitVocab:
             raise TokenizerDigitError("the '.' id collides with a digit id")
 
 
+_GROUPING_HELP = (
+    "Digit-level losses need one token per digit; loss=mle works with any tokenizer. Grouped-digit "
+    "support (Llama-3 / DeepSeek-V3 style) is not implemented yet. Adding single-digit tokens "
+    "(tokenizer.add_tokens) does not help: the pre-tokenizer still emits the grouped tokens, and "
+    "forcing digits apart changes every number's tokenisation and the model's embeddings for it.")
+
+
+class _RawTokenizer:
+    """A ``tokenizers.Tokenizer`` seen through the three calls used here."""
+
+    def __init__(self, tok):
+        self._tok = tok
+        self.name_or_path = "tokenizers.Tokenizer"
+        self.unk_token_id = None
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": self._tok.encode(text, add_special_tokens=add_special_tokens).ids}
+
+    def convert_tokens_to_ids(self, token):
+        return self._tok.token_to_id(token)
+
+    def decode(self, ids):
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+
+def _adapt(tokenizer):
+    if callable(tokenizer) and hasattr(tokenizer, "convert_tokens_to_ids") and hasattr(tokenizer, "decode"):
+        return tokenizer
+    if hasattr(tokenizer, "encode") and hasattr(tokenizer, "token_to_id") and hasattr(tokenizer, "decode"):
+        return _RawTokenizer(tokenizer)  # tokenizers.Tokenizer
+    raise TypeError(f"expected a Hugging Face tokenizer (transformers.PreTrainedTokenizerBase) or a "
+                    f"tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+
+
 def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -56,20 +90,21 @@ def _single_token_id(tokenizer, ch: str) -> int | None:
 def digit_token_ids(tokenizer) -> DigitVocab:
     """Return the verified digit and "." token ids of ``tokenizer``.
 
+    ``tokenizer``: a ``transformers`` tokenizer or a raw ``tokenizers.Tokenizer``.
     Raises TokenizerDigitError naming the problem when a digit has no single-token form or when
     numbers are tokenized into multi-digit pieces (Llama-3 / GPT-2 / DeepSeek-V3 style), which the
     digit-level losses do not support.
     """
+    tokenizer = _adapt(tokenizer)
     name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
     ids = []
     for d in DIGITS:
         tid = _single_token_id(tokenizer, d)
         if tid is None:
             raise TokenizerDigitError(
-                f"tokenizer {name!r} has no single token for the digit {d!r}; digit-level losses "
-                "(ntl, dist2, del) need one token per digit. Use a tokenizer that splits numbers "
-                "into single digits (Qwen2.5, DeepSeek-Math, Llama-2/CodeLlama, Mistral, SmolLM2) "
-                "or loss=mle."
+                f"tokenizer {name!r} has no single token for the digit {d!r}. Tokenizers that split "
+                "numbers into single digits: Qwen2.5, DeepSeek-Math, Llama-2/CodeLlama, Mistral, "
+                "SmolLM2. " + _GROUPING_HELP
             )
         ids.append(tid)
     # Round trip inside real numbers: a tokenizer with multi-digit tokens passes the per-digit
@@ -81,8 +116,7 @@ def digit_token_ids(tokenizer) -> DigitVocab:
         if multi:
             raise TokenizerDigitError(
                 f"tokenizer {name!r} merges several digits into one token (e.g. {multi[0]!r} in "
-                f"{probe!r}); the digit-level losses need one token per digit. Choose a tokenizer "
-                "with single-digit number splitting or loss=mle."
+                f"{probe!r}). " + _GROUPING_HELP
             )
         expected = [ids[int(c)] for c in probe if c.isdigit()]
         seen = [i for i in got if i in ids]

@@ -11,22 +11,66 @@ the same three products as the materialised path. Under ``torch.no_grad`` no gra
 The numeric losses need only the ten digit columns -- ``h[rows] @ W[digit_ids].T``, an
 ``[N, H] x [H, 10]`` product -- which ordinary autograd handles (``DigitLoss.from_hidden``).
 
+Logit post-processing (``LogitTransform``): some heads change the logits after the product --
+Granite divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma-2/3 soft-cap them
+(``cap * tanh(z / cap)``). The transform is applied to every chunk and its derivative enters the
+chunk's gradient, so the loss is that of the model's real logits. A soft cap keeps a second
+``[chunk, V]`` block (its derivative).
+
+Autocast: under ``torch.autocast`` the head product runs in the autocast dtype (as ``lm_head``
+would); everything after it in fp32; gradients come back in the inputs' dtypes.
+
+Choosing ``chunk_size``: peak memory beyond the inputs is about ``chunk_size x V x 4`` bytes (twice
+that with a soft cap): 0.6 GB at 1,024 x 151,665. Rows are the batch's *target* positions, so a batch
+with fewer target positions than ``chunk_size`` (2 x 512 with prompts masked) is one chunk and saves
+little over materialised logits; 128-512 bounds memory at a small cost in time.
+
 Shapes: ``K`` rows with a target, ``H`` hidden size, ``V`` vocabulary.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 DEFAULT_CHUNK = 1024
 
 
+@dataclass(frozen=True)
+class LogitTransform:
+    """What a model's head does to ``h @ W.T + b`` before the loss: ``z * scale``, then, with
+    ``softcap`` set, ``softcap * tanh(z / softcap)`` (Gemma-2/3's ``final_logit_softcapping``)."""
+
+    scale: float = 1.0
+    softcap: float | None = None
+
+    @property
+    def identity(self) -> bool:
+        return self.scale == 1.0 and self.softcap is None
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """Differentiable form (the digit columns, checks)."""
+        if self.scale != 1.0:
+            z = z * self.scale
+        if self.softcap is not None:
+            z = torch.tanh(z / self.softcap) * self.softcap
+        return z
+
+
+IDENTITY = LogitTransform()
+
+
+def _autocast_dtype(device_type: str):
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
 def _chunk_logits(h_c: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    # the logits in the model's dtype, as ``lm_head(h)`` gives them, then fp32 -- what the
-    # materialised path computes (logits = lm_head(h); the loss casts to float)
-    z = h_c @ weight.t()
+    # the logits in the model's (or autocast's) dtype, as ``lm_head(h)`` gives them, then fp32 --
+    # what the materialised path computes (logits = lm_head(h); the loss casts to float)
+    z = h_c.to(weight.dtype) @ weight.t()
     if bias is not None:
-        z = z + bias
+        z = z + bias.to(z.dtype)
     return z.float()
 
 
@@ -42,7 +86,17 @@ class _ChunkedLinearCE(torch.autograd.Function):
     autograd would allocate a second ``[V, H]`` gradient."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size: int, grad_enabled: bool):
+    def forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size: int, grad_enabled: bool,
+                transform: LogitTransform = IDENTITY):
+        cdt = _autocast_dtype(h.device.type)
+        with torch.autocast(h.device.type, enabled=False):
+            return _ChunkedLinearCE._forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size,
+                                             grad_enabled, transform, cdt)
+
+    @staticmethod
+    def _forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size, grad_enabled, transform, cdt):
+        w_c = weight if cdt is None else weight.to(cdt)  # the head product in autocast's dtype
+        b_c = bias if (cdt is None or bias is None) else bias.to(cdt)
         need_h, need_w, need_b = (n and grad_enabled for n in ctx.needs_input_grad[:3])
         gh = torch.zeros_like(h) if need_h else None
         gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
@@ -52,7 +106,14 @@ class _ChunkedLinearCE(torch.autograd.Function):
         for s in range(0, idx.shape[0], chunk_size):
             i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
             h_c = h[i_c]
-            z = _chunk_logits(h_c, weight, bias)
+            z = _chunk_logits(h_c, w_c, b_c)
+            deriv = None
+            if transform.scale != 1.0:
+                z.mul_(transform.scale)
+            if transform.softcap is not None:
+                z.div_(transform.softcap).tanh_()
+                deriv = (1.0 - z * z).mul_(transform.scale) if (gh is not None or gw is not None or gb is not None) else None
+                z.mul_(transform.softcap)
             # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
             z_t = z.gather(1, t_c.unsqueeze(1)).squeeze(1)
             m = z.max(dim=1, keepdim=True).values
@@ -64,18 +125,31 @@ class _ChunkedLinearCE(torch.autograd.Function):
                 continue
             z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
             z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
+            if deriv is not None:
+                z.mul_(deriv)  # through the cap (and the scale) back to h @ W.T + b
+                del deriv
+            elif transform.scale != 1.0:
+                z.mul_(transform.scale)
             if gb is not None:
                 gb += z.sum(0)
-            _add_products(z, h_c, weight, gh, gw, i_c, None)
+            _add_products(z, h_c, w_c, gh, gw, i_c, None)
             del z  # before the next chunk's block is allocated: one block alive, not two
-        zd = _chunk_logits(h[rows], weight[cols], bias[cols] if bias is not None else None)
+        # the digit columns' raw logits (h @ W.T + b); the caller applies the transform under autograd
+        zd = _chunk_logits(h[rows], w_c[cols], b_c[cols] if b_c is not None else None)
         ctx.save_for_backward(h, weight, rows, cols, *(x if x is not None else torch.empty(0) for x in (gh, gw, gb)))
         ctx.has = (gh is not None, gw is not None, gb is not None)
+        ctx.cdt = cdt
         return total, zd
 
     @staticmethod
     def backward(ctx, g, g_zd):
+        with torch.autocast(ctx.saved_tensors[0].device.type, enabled=False):
+            return _ChunkedLinearCE._backward(ctx, g, g_zd)
+
+    @staticmethod
+    def _backward(ctx, g, g_zd):
         h, weight, rows, cols, gh, gw, gb = ctx.saved_tensors
+        w_c = weight[cols] if ctx.cdt is None else weight[cols].to(ctx.cdt)
         gh, gw, gb = (x if has else None for x, has in zip((gh, gw, gb), ctx.has))
         g = g.float() if g is not None else torch.zeros((), device=h.device)
         for x in (gh, gw, gb):
@@ -85,17 +159,19 @@ class _ChunkedLinearCE(torch.autograd.Function):
             g_zd = g_zd.float()
             if gb is not None:
                 gb.index_add_(0, cols, g_zd.sum(0))
-            _add_products(g_zd, h[rows], weight[cols], gh, gw, rows, cols)
+            _add_products(g_zd, h[rows], w_c, gh, gw, rows, cols)
         return (gh, gw.to(weight.dtype) if gw is not None else None,
-                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None)
+                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None)
 
 
 def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
     """grad h[rows] += gz @ W[cols]; grad W[cols] += gz.T @ h[rows] (cols None: all of W). The
-    logits' gradient is taken in the model's dtype, as autograd hands it to lm_head's backward."""
-    gz = gz.to(h_rows.dtype)
+    logits' gradient is taken in the head product's dtype (the model's, or autocast's), as autograd
+    hands it to lm_head's backward."""
+    gz = gz.to(w_cols.dtype)
+    h_rows = h_rows.to(w_cols.dtype)
     if gh is not None:
-        gh.index_add_(0, rows, gz @ w_cols)
+        gh.index_add_(0, rows, (gz @ w_cols).to(gh.dtype))
     if gw is not None:
         if cols is None and gz.dtype == gw.dtype:
             gw.addmm_(gz.t(), h_rows)  # in place: no second [V, H] block
@@ -105,22 +181,27 @@ def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
             gw.index_add_(0, cols, (gz.t() @ h_rows).float())
 
 
-def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK):
-    """(summed CE of ``h[idx] @ W.T + b`` against ``targets``, fp32 ``[N, 10]`` logits
-    ``h[rows] @ W[cols].T + b[cols]``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a target;
-    ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids."""
+def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK,
+                               transform: LogitTransform | None = None):
+    """(summed CE of ``transform(h[idx] @ W.T + b)`` against ``targets``, fp32 ``[N, 10]`` logits
+    ``transform(h[rows] @ W[cols].T + b[cols])``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a
+    target; ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids."""
+    transform = transform or IDENTITY
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"expected h [M, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size), torch.is_grad_enabled())
+    ce_sum, zd = _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size),
+                                        torch.is_grad_enabled(), transform)
+    return ce_sum, (zd if transform.identity else transform(zd))
 
 
 def chunked_linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                                 targets: torch.Tensor, chunk_size: int = DEFAULT_CHUNK) -> torch.Tensor:
+                                 targets: torch.Tensor, chunk_size: int = DEFAULT_CHUNK,
+                                 transform: LogitTransform | None = None) -> torch.Tensor:
     """Summed cross-entropy of ``h @ weight.T + bias`` (``[K, H]``, ``[V, H]``, ``[V]`` or None)
     against ``targets`` (``[K]`` long, every row a real target), never holding more than
     ``chunk_size`` rows of logits."""
     none = torch.zeros(0, dtype=torch.long, device=h.device)
     idx = torch.arange(h.shape[0], device=h.device)
-    return linear_ce_and_digit_logits(h, weight, bias, idx, targets, none, none, chunk_size)[0]
+    return linear_ce_and_digit_logits(h, weight, bias, idx, targets, none, none, chunk_size, transform)[0]

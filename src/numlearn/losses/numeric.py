@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from .base import DigitLoss, LossOutput
 from .digits import DigitVocab
-from .spans import IGNORE_INDEX, DigitTargets, shift_targets
+from .spans import IGNORE_INDEX, DigitTargets, to_targets
 
 PLACE_WEIGHTS = ("official", "none")
 
@@ -27,10 +27,11 @@ class MLELoss(DigitLoss):
         super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization)
 
     def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None) -> LossOutput:
+                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
         if self.vocab is not None:
-            return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step)
-        targets = shift_targets(labels.to(logits.device))
+            return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step,
+                                    labels_shifted)
+        targets = to_targets(labels.to(logits.device), labels_shifted)
         ce_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                                  ignore_index=IGNORE_INDEX, reduction="sum")
         ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
@@ -45,7 +46,7 @@ class NTLLoss(DigitLoss):
 
     variant="was": ``sum_k |y - k| * p[k]`` (Wasserstein-1 between one-hot(y) and p);
     variant="mse": ``(sum_k k * p[k] - y)^2``. Averaged over digit targets, times alpha.
-    Default alpha 0.3 is the NTL authors'. The DEL authors' baseline takes ``.mean()`` over the
+    alpha has no default (the NTL authors use 0.3 on their own scale). The DEL authors' baseline takes ``.mean()`` over the
     ``[N, 10]`` terms with coefficient 1, i.e. alpha 0.1 per micro-batch; in their Qwen/DeepSeek
     script that is summed over GA x W micro-batches (effective 12.8 for Qwen2.5-1.5B).
     """

@@ -50,8 +50,9 @@ def build_loss(name: str, tokenizer, model=None, **options: Any) -> TokenLoss:
     required = [p for p in valid if params[p].default is inspect.Parameter.empty]
     missing = [p for p in required if options.get(p) is None]
     if missing:
-        raise ValueError(f"loss {key!r} needs {missing} (alpha: the weight of the numeric term on the step "
-                         f"scale; see conf/loss/{key}.yaml)")
+        raise ValueError(f"loss {key!r} needs {missing} (alpha: the weight of the numeric term, relative to "
+                         "the step's digit-mean term; numlearn.losses.effective_weight converts the official "
+                         "scripts' weights)")
     # Losses without a digit term only need the digit ids for logging; they work with any tokenizer.
     if key in ("mle", "mixce", "emo"):
         try:

@@ -51,6 +51,16 @@ def shift_targets(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
 
 
+def to_targets(labels: torch.Tensor, labels_shifted: bool = False) -> torch.Tensor:
+    """The targets of ``labels`` under either convention: ``labels_shifted=False`` (Hugging Face's:
+    ``labels[t]`` is the token at t, so position t is trained on ``labels[t+1]``) shifts them;
+    ``labels_shifted=True`` (ntloss's, and collators that return ``shift_labels``: ``labels[t]`` is
+    already what position t predicts) takes them as they are."""
+    if labels.dim() != 2:
+        raise ValueError(f"expected labels [B, T], got {tuple(labels.shape)}")
+    return labels if labels_shifted else shift_targets(labels)
+
+
 def _run_bounds(member: torch.Tensor, flat_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each position of a run of True values along dim 1: flat index of the run's first and
     last position. Values at non-member positions are meaningless."""
@@ -132,8 +142,14 @@ def number_spans(
     )
 
 
-def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab) -> int:
-    """Number of digit targets in unshifted ``[B, T]`` labels: pass the sum over a whole optimizer
-    step as ``num_digits_in_batch`` to get step-normalised numeric terms in your own loop."""
-    is_digit, _ = digit_values(shift_targets(labels), vocab)
+def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted: bool = False) -> int:
+    """Number of digit targets in ``[B, T]`` labels (unshifted unless ``labels_shifted``): pass the
+    sum over a whole optimizer step as ``num_digits_in_batch`` to get step-normalised numeric terms
+    in your own loop (``numlearn.losses.step_counts`` does both counts)."""
+    is_digit, _ = digit_values(to_targets(labels, labels_shifted), vocab)
     return int(is_digit.sum())
+
+
+def count_targets(labels: torch.Tensor, labels_shifted: bool = False) -> int:
+    """Number of trained positions (targets != -100) in ``[B, T]`` labels: CE's denominator."""
+    return int((to_targets(labels, labels_shifted) != IGNORE_INDEX).sum())

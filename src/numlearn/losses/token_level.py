@@ -17,24 +17,24 @@ import torch.nn.functional as F
 
 from .base import LossOutput, TokenLoss, _digit_stats
 from .digits import DigitVocab
-from .spans import IGNORE_INDEX, number_spans, shift_targets
+from .spans import IGNORE_INDEX, number_spans, to_targets
 
 
 class _FullSoftmaxLoss(TokenLoss):
-    def _prepare(self, logits, labels):
+    def _prepare(self, logits, labels, labels_shifted=False):
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
-        targets = shift_targets(labels.to(logits.device)).reshape(-1)
+        targets = to_targets(labels.to(logits.device), labels_shifted).reshape(-1)
         valid = targets != IGNORE_INDEX
         rows = torch.nonzero(valid).squeeze(1)
         logits2d = logits.reshape(-1, logits.shape[-1])[rows].float()  # [n_valid, V]
         return targets, rows, logits2d, targets[rows]
 
-    def _stats(self, logits, labels):
+    def _stats(self, logits, labels, labels_shifted=False):
         if self.vocab is None:
             return {}
-        targets = shift_targets(labels.to(logits.device))
+        targets = to_targets(labels.to(logits.device), labels_shifted)
         dt = number_spans(targets, self.vocab)
         ids = torch.tensor(self.vocab.digit_ids, device=logits.device)
         zd = logits.detach().reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()
@@ -73,8 +73,8 @@ class MixCELoss(_FullSoftmaxLoss):
         return self.eta * ce + (1.0 - self.eta) * torch.exp(-ce).detach() * ce
 
     def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None) -> LossOutput:
-        targets, _, logits2d, y = self._prepare(logits, labels)
+                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
+        targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
         ce = ce_tok.sum() / denom
@@ -82,7 +82,7 @@ class MixCELoss(_FullSoftmaxLoss):
             loss = self._mix(ce_tok).sum() / denom
         else:
             loss = self._mix(ce) * ce_tok.numel()
-        return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels))
+        return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels, labels_shifted))
 
     def extra_repr(self) -> str:
         return f"eta={self.eta}, form={self.form!r}"
@@ -125,11 +125,11 @@ class EMOLoss(_FullSoftmaxLoss):
         return self.bind_embeddings(model.get_output_embeddings().weight)
 
     def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None) -> LossOutput:
+                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
-        targets, _, logits2d, y = self._prepare(logits, labels)
+        targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         E = self.embedding.to(logits2d.device)
         if E.shape[0] < logits2d.shape[1]:
             raise ValueError(f"EMO embedding has {E.shape[0]} rows but logits have {logits2d.shape[1]} columns")
@@ -147,4 +147,4 @@ class EMOLoss(_FullSoftmaxLoss):
         else:
             emo = emo_tok.sum() / denom
             loss = 0.5 * (ce + (ce / emo.clamp_min(1e-12)).detach() * emo)
-        return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels))
+        return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels, labels_shifted))

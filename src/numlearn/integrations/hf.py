@@ -1,0 +1,275 @@
+"""numlearn losses in the Hugging Face ``Trainer`` and its subclasses.
+
+``NumlearnTrainerMixin`` (``class MyTrainer(NumlearnTrainerMixin, SomeTrainer)``) makes any
+``transformers.Trainer`` subclass train a numlearn loss exactly: it counts the step's trained tokens
+and digit targets over all accumulation micro-batches and processes before the step
+(``get_batch_samples``), computes each micro-batch's loss as its share of the step's loss
+(``compute_loss``), and normalises evaluation batches by their own counts. ``NumlearnTrainer`` is
+the mixin on ``Trainer``; ``numlearn.integrations.trl.NumlearnSFTTrainer`` on TRL's ``SFTTrainer``.
+
+``LossBridge`` adapts a loss to the model's outputs (logits, or hidden states for the fused linear
+path) and keeps the logged means. Used alone as ``Trainer(compute_loss_func=LossBridge(loss))`` it
+cannot see the step's digit count, so it refuses training steps larger than one micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from numlearn.losses import LogitTransform, count_digit_targets, count_targets
+
+_WORKING_ROUTE = ("use numlearn.integrations.hf.NumlearnTrainer (or NumlearnTrainerMixin on your Trainer "
+                  "subclass), numlearn.integrations.trl.NumlearnSFTTrainer for TRL, or call the loss in your own "
+                  "loop with numlearn.losses.step_counts")
+
+
+def logit_transform(model) -> LogitTransform:
+    """What ``model``'s head does to ``hidden @ W.T + b``: Granite's ``1 / logits_scaling``, Cohere's
+    ``logit_scale``, Gemma-2/3's ``final_logit_softcapping`` (read off the text config)."""
+    cfg = getattr(model, "config", None)
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    scale = 1.0
+    if getattr(cfg, "logits_scaling", None):  # Granite: logits / logits_scaling
+        scale /= float(cfg.logits_scaling)
+    mod_scale = getattr(model, "logit_scale", None)
+    if isinstance(mod_scale, (int, float)):  # Cohere: logits * logit_scale (an attribute of the model)
+        scale *= float(mod_scale)
+    elif getattr(cfg, "logit_scale", None) is not None and isinstance(cfg.logit_scale, (int, float)):
+        scale *= float(cfg.logit_scale)
+    if getattr(cfg, "output_multiplier", None):
+        scale *= float(cfg.output_multiplier)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    return LogitTransform(scale=scale, softcap=float(cap) if cap else None)
+
+
+class LossBridge:
+    """``compute_loss_func(outputs, labels, num_items_in_batch)`` for any numlearn loss.
+
+    ``fused_linear=True`` (``train.fused_linear_loss``): the model is asked for the last position's
+    logits only (``logits_to_keep=1``), a forward hook on the decoder keeps its final hidden states,
+    and the loss is computed from them, the output embedding and the head's logit transform
+    (``loss_fn.from_hidden``): the ``[B, T, V]`` logits are never formed. Call ``bind_model`` first.
+    On the first call the transform is checked against the model's own last-position logits; a head
+    that post-processes its logits in another way is refused.
+    """
+
+    def __init__(self, loss_fn, fused_linear: bool = False, chunk_size: int = 1024):
+        if fused_linear and not hasattr(loss_fn, "from_hidden"):
+            raise ValueError(f"train.fused_linear_loss=true needs a loss with a linear form (mle, ntl, dist2, del); "
+                             f"{getattr(loss_fn, 'name', loss_fn)} works on full logits only")
+        self.loss_fn = loss_fn
+        self.fused_linear, self.chunk_size = bool(fused_linear), int(chunk_size)
+        self.managed = False  # a NumlearnTrainerMixin supplies the step's counts
+        self.in_training_step = False
+        self.step_digits: int | None = None
+        self.step_tokens: int | None = None
+        self.microbatches_in_step: int = 1  # GA x processes, for aux_normalization=microbatch_mean
+        self._sums: dict[str, float] = defaultdict(float)
+        self._n = 0  # micro-batches since the last log
+        self._steps = 0  # optimizer steps since the last log
+        self._digits: int | None = None  # their global digit counts, summed (the same on every rank)
+        self._head = None
+        self._hidden = None
+        self.transform: LogitTransform | None = None
+        self._checked = False
+
+    def bind_model(self, model) -> None:
+        if not self.fused_linear or self._head is not None:
+            return
+        self._head = model.get_output_embeddings()
+        if self._head is None or not hasattr(self._head, "weight"):
+            raise ValueError(f"train.fused_linear_loss=true: {type(model).__name__} has no output embedding to "
+                             "compute the loss from")
+        self.transform = logit_transform(model)
+        self._model_name = type(model).__name__
+
+        def keep(module, args, output):
+            self._hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+        model.get_decoder().register_forward_hook(keep)
+
+    def _check_transform(self, hidden, logits) -> None:
+        """The model's last-position logits against ours from its hidden state (once)."""
+        self._checked = True
+        if logits is None or logits.shape[1] < 1:
+            return
+        with torch.no_grad():
+            w, b = self._head.weight, getattr(self._head, "bias", None)
+            h = hidden[:, -1].to(w.dtype)
+            ours = self.transform((h @ w.t() + (b if b is not None else 0)).float())
+            theirs = logits[:, -1].float()
+            tol = 1e-3 + 2e-2 * float(theirs.abs().max()) if w.dtype != torch.float32 else 1e-4 + 1e-4 * float(
+                theirs.abs().max())
+            err = float((ours - theirs).abs().max())
+        if err > tol:
+            raise ValueError(f"fused linear loss: {self._model_name}'s logits are not {self.transform} of "
+                             f"hidden @ lm_head (max difference {err:.3g}); its head post-processes logits in a way "
+                             "numlearn does not reproduce. Set train.fused_linear_loss=false (the logits path).")
+
+    def counts(self, labels, num_items_in_batch, labels_shifted: bool = False) -> dict:
+        """The normalisers of this call: the step's (inside a managed training step), this batch's
+        (evaluation), or -- used alone as ``compute_loss_func`` -- this batch's when it is the whole
+        step, else refused."""
+        if self.managed:
+            if self.in_training_step:
+                return {"num_items_in_batch": self.step_tokens, "num_digits_in_batch": self.step_digits,
+                        "num_microbatches_in_step": self.microbatches_in_step}
+            return {"num_items_in_batch": None, "num_digits_in_batch": None, "num_microbatches_in_step": 1}
+        fn = self.loss_fn
+        needs_step = getattr(fn, "has_numeric_term", False) and getattr(fn, "aux_normalization", "step") != \
+            "microbatch_sum"
+        if needs_step and torch.is_grad_enabled() and num_items_in_batch is not None:
+            local = count_targets(labels, labels_shifted)
+            if int(num_items_in_batch) != local:
+                raise ValueError(
+                    f"LossBridge used as a plain compute_loss_func: the step has {int(num_items_in_batch)} trained "
+                    f"tokens but this micro-batch {local} (gradient accumulation or several processes), and the "
+                    f"numeric term's normaliser, the step's digit count, is not passed to compute_loss_func, so its "
+                    f"weight would grow with the accumulation. {_WORKING_ROUTE}.")
+        return {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": None,
+                "num_microbatches_in_step": 1}
+
+    def compute(self, outputs, labels, num_items_in_batch=None, labels_shifted: bool = False):
+        kw = self.counts(labels, num_items_in_batch, labels_shifted)
+        if self.fused_linear:
+            if self._hidden is None:
+                raise RuntimeError("fused linear loss: no hidden states captured (LossBridge.bind_model not called?)")
+            hidden, self._hidden = self._hidden, None
+            if not self._checked:
+                self._check_transform(hidden, getattr(outputs, "logits", None))
+            out = self.loss_fn.from_hidden(hidden, self._head.weight, labels, getattr(self._head, "bias", None),
+                                           chunk_size=self.chunk_size, logit_transform=self.transform,
+                                           labels_shifted=labels_shifted, **kw)
+        else:
+            out = self.loss_fn(outputs.logits, labels, labels_shifted=labels_shifted, **kw)
+        if torch.is_grad_enabled():
+            self._sums["loss/ce"] += float(out.ce)
+            self._sums["loss/aux"] += float(out.aux)
+            for k in ("digit_acc", "digit_entropy"):
+                if k in out.stats:
+                    self._sums[f"train/{k}"] += float(out.stats[k])
+            self._n += 1
+        return out
+
+    def __call__(self, outputs, labels, num_items_in_batch=None):
+        return self.compute(outputs, labels, num_items_in_batch).loss
+
+    def start_step(self, step_digits: int | None, step_tokens: int | None = None) -> None:
+        """Called once per optimizer step, before its micro-batches (``get_batch_samples``)."""
+        self.step_digits = step_digits
+        self.step_tokens = step_tokens
+        self._steps += 1
+        if step_digits is not None:
+            self._digits = (self._digits or 0) + step_digits
+
+    def pop_means(self, all_reduce=None) -> dict[str, float]:
+        """Per-step means since the last call. ``loss/ce`` and ``loss/aux`` are each micro-batch's share of
+        its step's loss (normalised by the step's totals), so they are summed over the step's
+        micro-batches -- and over processes, through ``all_reduce`` (an in-place SUM over ranks) -- and
+        averaged over steps: ``loss == loss/ce + loss/aux`` in every layout. Digit statistics are
+        per-micro-batch means, averaged over all micro-batches of all processes."""
+        keys = sorted(self._sums)
+        share = [k for k in keys if k.startswith("loss/")]
+        stats = [k for k in keys if k.startswith("train/")]
+        vals = torch.tensor([self._sums[k] for k in share + stats] + [float(self._n)], dtype=torch.float64)
+        if all_reduce is not None:
+            vals = all_reduce(vals)
+        n_micro, steps = float(vals[-1]), self._steps
+        means = {k: float(v) / steps for k, v in zip(share, vals[: len(share)])} if steps else {}
+        if n_micro:
+            means.update({k: float(v) / n_micro for k, v in zip(stats, vals[len(share) : -1])})
+        if steps and self._digits is not None:
+            means["train/step_digits"] = self._digits / steps
+        self._sums.clear()
+        self._n = self._steps = 0
+        self._digits = None
+        return means
+
+
+class NumlearnTrainerMixin:
+    """Put before a ``transformers.Trainer`` subclass: ``class T(NumlearnTrainerMixin, SFTTrainer)``.
+
+    ``loss_bridge``: a ``LossBridge`` (or pass ``loss_fn=`` and optionally ``fused_linear=``,
+    ``chunk_size=``). The loss is exact under accumulation and processes: each micro-batch is
+    normalised by the step's trained tokens and digit targets (summed over micro-batches and
+    processes), and the gradient averaging over processes is undone. Evaluation batches use their
+    own counts. Logs ``loss/ce``, ``loss/aux``, ``train/digit_acc``, ``train/digit_entropy``.
+    """
+
+    def __init__(self, *args, loss_bridge: LossBridge | None = None, loss_fn=None, fused_linear: bool = False,
+                 chunk_size: int = 1024, **kwargs):
+        if loss_bridge is None:
+            if loss_fn is None:
+                raise ValueError(f"{type(self).__name__} needs loss_fn= (numlearn.losses.build_loss(...)) or loss_bridge=")
+            loss_bridge = LossBridge(loss_fn, fused_linear=fused_linear, chunk_size=chunk_size)
+        if kwargs.get("compute_loss_func") is not None:
+            raise ValueError(f"{type(self).__name__} computes the numlearn loss itself; drop compute_loss_func")
+        self.loss_bridge = loss_bridge
+        loss_bridge.managed = True
+        super().__init__(*args, **kwargs)
+        self.loss_is_scaled_for_ga = True  # each micro-batch's loss is its share of the step's
+        loss_bridge.microbatches_in_step = self.args.gradient_accumulation_steps * max(self.args.world_size, 1)
+        if loss_bridge.fused_linear:
+            loss_bridge.bind_model(self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator")
+                                   else self.model)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+        if batch_samples:
+            vocab = getattr(self.loss_bridge.loss_fn, "vocab", None)
+            tokens = digits = 0
+            for b in batch_samples:
+                lab, shifted = (b["shift_labels"], True) if "shift_labels" in b else (b["labels"], False)
+                tokens += count_targets(lab, shifted)
+                if vocab is not None:
+                    digits += count_digit_targets(lab, vocab, shifted)
+            n = torch.tensor([tokens, digits], device=device)
+            if self.args.world_size > 1:
+                n = self.accelerator.reduce(n, reduction="sum")  # the step's counts on every process
+            self.loss_bridge.start_step(int(n[1]) if vocab is not None else None, int(n[0]))
+        return batch_samples, num_items
+
+    def training_step(self, *args, **kwargs):
+        self.loss_bridge.in_training_step = True
+        try:
+            return super().training_step(*args, **kwargs)
+        finally:
+            self.loss_bridge.in_training_step = False
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = dict(inputs)
+        labels, shifted = inputs.pop("labels", None), False
+        if "shift_labels" in inputs:
+            labels, shifted = inputs.pop("shift_labels"), True
+        if labels is None:
+            raise ValueError(f"{type(self).__name__}: the batch has no 'labels' (keys: {sorted(inputs)})")
+        if self.loss_bridge.fused_linear:
+            inputs["logits_to_keep"] = 1
+        inputs.setdefault("use_cache", False)
+        outputs = model(**inputs)
+        loss = self.loss_bridge.compute(outputs, labels, labels_shifted=shifted).loss
+        if self.loss_bridge.in_training_step and self.args.world_size > 1:
+            loss = loss * self.accelerator.num_processes  # DDP/FSDP average gradients; the counts are global
+        return (loss, outputs) if return_outputs else loss
+
+    def _sum_over_processes(self, t: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(t.to(self.args.device), reduction="sum").cpu()
+
+    def log(self, logs, *args, **kwargs):
+        if "loss" in logs:
+            # log() runs on every process (the Trainer gathers its own loss first), so a collective is safe here
+            reduce = self._sum_over_processes if self.args.world_size > 1 else None
+            logs = {**logs, **self.loss_bridge.pop_means(reduce)}
+        super().log(logs, *args, **kwargs)
+
+
+def _trainer_base():
+    from transformers import Trainer
+
+    return Trainer
+
+
+class NumlearnTrainer(NumlearnTrainerMixin, _trainer_base()):
+    """``transformers.Trainer`` training a numlearn loss exactly (see ``NumlearnTrainerMixin``)."""

@@ -1,0 +1,88 @@
+"""The step's counts for your own training loop: what a step-normalised loss divides by.
+
+A numeric loss with ``aux_normalization="step"`` is exact -- the same objective as one big batch, at
+any accumulation and any number of processes -- when every micro-batch's call gets the *whole
+step's* counts: trained tokens (``num_items_in_batch``) and digit targets (``num_digits_in_batch``),
+summed over the step's micro-batches and over processes. ``step_counts`` computes both.
+
+Then the loss of each micro-batch is already its share of the step's mean. What remains is the
+backward's scaling, which depends on the loop (``backward_scale``):
+
+* a plain loop on one process: ``loss.backward()`` as is;
+* ``accelerate``: ``accelerator.backward(loss)`` divides by ``gradient_accumulation_steps`` (when
+  the Accelerator was built with it), and DDP/FSDP *average* gradients over processes; multiply the
+  loss by ``backward_scale(accelerator)`` = GA x processes first. See ``examples/accelerate_loop.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from .spans import count_digit_targets, count_targets
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Counts of one optimizer step, over all its micro-batches and processes; pass ``as_kwargs()``
+    to every micro-batch's loss call."""
+
+    num_items_in_batch: int
+    num_digits_in_batch: int
+    num_microbatches_in_step: int
+
+    def as_kwargs(self) -> dict[str, int]:
+        return {"num_items_in_batch": self.num_items_in_batch, "num_digits_in_batch": self.num_digits_in_batch,
+                "num_microbatches_in_step": self.num_microbatches_in_step}
+
+
+def _labels_of(batch) -> torch.Tensor:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, Mapping):
+        if "labels" in batch:
+            return batch["labels"]
+        raise ValueError(f"step_counts: a micro-batch has no 'labels' (keys: {sorted(batch)}); pass the labels "
+                         "tensors, or batches with a 'labels' entry")
+    raise ValueError(f"step_counts: expected label tensors or dict batches, got {type(batch).__name__}")
+
+
+def step_counts(micro_batches: Iterable, loss_fn=None, *, vocab=None, labels_shifted: bool = False,
+                all_reduce=None) -> StepCounts:
+    """Trained tokens and digit targets of one optimizer step.
+
+    micro_batches: this process's micro-batches of the step (label tensors ``[B, T]``, or dicts with
+        ``"labels"``); unshifted labels unless ``labels_shifted``.
+    loss_fn: a numlearn loss (its digit vocabulary is used); or pass ``vocab`` (a ``DigitVocab``).
+    all_reduce: ``fn(tensor) -> tensor`` summing over processes (e.g. ``accelerator.reduce(t,
+        "sum")``); None -> ``torch.distributed.all_reduce`` when a process group is initialised,
+        else this process only.
+    """
+    if vocab is None and loss_fn is not None:
+        vocab = getattr(loss_fn, "vocab", None)
+    batches = [_labels_of(b) for b in micro_batches]
+    if not batches:
+        raise ValueError("step_counts: the step has no micro-batch")
+    tokens = sum(count_targets(b, labels_shifted) for b in batches)
+    digits = sum(count_digit_targets(b, vocab, labels_shifted) for b in batches) if vocab is not None else 0
+    t = torch.tensor([tokens, digits, len(batches)], dtype=torch.long, device=batches[0].device)
+    dist = torch.distributed
+    if all_reduce is not None:
+        t = all_reduce(t)
+    elif dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t)
+    tokens, digits, micro = (int(x) for x in t.tolist())  # micro: GA x processes
+    return StepCounts(tokens, digits, micro)
+
+
+def backward_scale(accelerator=None, *, grad_accum: int = 1, world_size: int = 1) -> float:
+    """What to multiply a step-normalised loss by before the backward, so that the summed (and
+    process-averaged) gradient is the gradient of the step's loss: GA x processes under accelerate
+    (``accelerator.backward`` divides by GA; DDP/FSDP average over processes), or
+    ``grad_accum`` x ``world_size`` for a loop that divides itself. 1 for a plain loop that calls
+    ``loss.backward()`` per micro-batch on one process."""
+    if accelerator is not None:
+        return float(accelerator.gradient_accumulation_steps * accelerator.num_processes)
+    return float(grad_accum * world_size)
