@@ -100,8 +100,9 @@ class LossBridge:
             h = hidden[:, -1].to(w.dtype)
             ours = self.transform((h @ w.t() + (b if b is not None else 0)).float())
             theirs = logits[:, -1].float()
-            tol = 1e-3 + 2e-2 * float(theirs.abs().max()) if w.dtype != torch.float32 else 1e-4 + 1e-4 * float(
-                theirs.abs().max())
+            # loose enough for bf16 heads and TRL's patched head (1e-3 apart in fp32), far below what a
+            # missing scale or cap does (a factor, or the cap's saturation)
+            tol = 1e-3 + 2e-2 * float(theirs.abs().max())
             err = float((ours - theirs).abs().max())
         if err > tol:
             raise ValueError(f"fused linear loss: {self._model_name}'s logits are not {self.transform} of "
