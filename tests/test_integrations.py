@@ -304,8 +304,8 @@ def _sft(tok, tmp_path, fn, bs, ga, steps=1, **cfg):
     """The first optimizer step's gradient (Adam would amplify round-off in near-zero gradients)."""
     pytest.importorskip("trl")
     import transformers
-    from transformers import TrainerCallback
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
     from numlearn.integrations.trl import NumlearnSFTTrainer
