@@ -186,6 +186,14 @@ def test_accelerate_loop_with_backward_scale_equals_one_big_batch(char_tokenizer
     assert backward_scale(acc) == 4.0
 
 
+def test_step_counts_takes_shift_labels_as_already_shifted(char_tokenizer):
+    fn = build_loss("del", char_tokenizer, alpha=1.0)
+    b = _batch(char_tokenizer, TEXTS)
+    ref = step_counts([b], fn)
+    got = step_counts([{"shift_labels": shift_targets(b["labels"]), "labels": b["labels"][:, :1]}], fn)
+    assert got == ref and ref.num_digits_in_batch > 0
+
+
 def test_step_counts_errors_name_the_problem():
     with pytest.raises(ValueError, match="no 'labels'"):
         step_counts([{"input_ids": torch.zeros(1, 2)}])
@@ -300,7 +308,7 @@ def test_raw_tokenizers_tokenizer_is_accepted(char_tokenizer):
 
 
 # -- item 7: TRL's SFTTrainer -------------------------------------------------------------------
-def _sft(tok, tmp_path, fn, bs, ga, steps=1, **cfg):
+def _sft(tok, tmp_path, fn, bs, ga, steps=1, bridge=None, **cfg):
     """The first optimizer step's gradient (Adam would amplify round-off in near-zero gradients)."""
     pytest.importorskip("trl")
     import transformers
@@ -317,8 +325,8 @@ def _sft(tok, tmp_path, fn, bs, ga, steps=1, **cfg):
                      dataloader_num_workers=0, shuffle_dataset=False, **cfg)
     transformers.set_seed(0)
     model = _llama(len(tok))
-    kw = {"loss_fn": fn} if fn is not None else {}
-    cls = NumlearnSFTTrainer if fn is not None else SFTTrainer
+    kw = {"loss_bridge": bridge} if bridge is not None else {"loss_fn": fn} if fn is not None else {}
+    cls = SFTTrainer if not kw else NumlearnSFTTrainer
     got = {}
 
     class Cap(TrainerCallback):
@@ -351,25 +359,13 @@ def test_trl_trainer_with_alpha_0_matches_trls_own_nll(char_tokenizer, tmp_path)
 @pytest.mark.parametrize("extra", [{}, {"padding_free": True, "max_length": None}, {"fused": True},
                                    {"packing": True, "packing_strategy": "bfd", "max_length": 32}])
 def test_trl_trainer_is_exact_under_accumulation(char_tokenizer, tmp_path, extra):
+    from numlearn.integrations.hf import LossBridge
+
     fused = extra.pop("fused", False)
 
-    def fn():
-        from numlearn.integrations.hf import LossBridge
-
-        return LossBridge(build_loss("del", char_tokenizer, alpha=1.0), fused_linear=fused, chunk_size=5)
-
-    import numlearn.integrations.trl as T
-
-    orig = T.NumlearnSFTTrainer.__init__
-
     def run(tag, bs, ga):
-        def init(self, *a, loss_fn=None, **k):
-            orig(self, *a, loss_bridge=fn(), **k)
-        T.NumlearnSFTTrainer.__init__ = init
-        try:
-            return _sft(char_tokenizer, tmp_path / tag, object(), bs, ga, **extra)
-        finally:
-            T.NumlearnSFTTrainer.__init__ = orig
+        bridge = LossBridge(build_loss("del", char_tokenizer, alpha=1.0), fused_linear=fused, chunk_size=5)
+        return _sft(char_tokenizer, tmp_path / tag, None, bs, ga, bridge=bridge, **extra)
 
     one, two = run("ga1", 4, 1), run("ga2", 2, 2)
     assert _rel(two, one) < TRL_TOL

@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+from transformers import Trainer
 
-from numlearn.losses import LogitTransform, count_digit_targets, count_targets
+from numlearn.losses import LogitTransform, count_targets, step_counts
 
 _WORKING_ROUTE = ("use numlearn.integrations.hf.NumlearnTrainer (or NumlearnTrainerMixin on your Trainer "
                   "subclass), numlearn.integrations.trl.NumlearnSFTTrainer for TRL, or call the loss in your own "
@@ -212,24 +213,17 @@ class NumlearnTrainerMixin:
         super().__init__(*args, **kwargs)
         self.loss_is_scaled_for_ga = True  # each micro-batch's loss is its share of the step's
         loss_bridge.microbatches_in_step = self.args.gradient_accumulation_steps * max(self.args.world_size, 1)
-        if loss_bridge.fused_linear:
-            loss_bridge.bind_model(self.accelerator.unwrap_model(self.model) if hasattr(self, "accelerator")
-                                   else self.model)
+        loss_bridge.bind_model(self.model)  # fused path: the head and the hidden-state hook (once)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         if batch_samples:
-            vocab = getattr(self.loss_bridge.loss_fn, "vocab", None)
-            tokens = digits = 0
-            for b in batch_samples:
-                lab, shifted = (b["shift_labels"], True) if "shift_labels" in b else (b["labels"], False)
-                tokens += count_targets(lab, shifted)
-                if vocab is not None:
-                    digits += count_digit_targets(lab, vocab, shifted)
-            n = torch.tensor([tokens, digits], device=device)
-            if self.args.world_size > 1:
-                n = self.accelerator.reduce(n, reduction="sum")  # the step's counts on every process
-            self.loss_bridge.start_step(int(n[1]) if vocab is not None else None, int(n[0]))
+            # the step's counts on every process (moved to the device: NCCL reduces device tensors only)
+            reduce = (lambda t: self.accelerator.reduce(t.to(device), reduction="sum")) if self.args.world_size > 1 \
+                else (lambda t: t)
+            c = step_counts(batch_samples, self.loss_bridge.loss_fn, all_reduce=reduce)
+            has_vocab = getattr(self.loss_bridge.loss_fn, "vocab", None) is not None
+            self.loss_bridge.start_step(c.num_digits_in_batch if has_vocab else None, c.num_items_in_batch)
         return batch_samples, num_items
 
     def training_step(self, *args, **kwargs):
@@ -266,11 +260,5 @@ class NumlearnTrainerMixin:
         super().log(logs, *args, **kwargs)
 
 
-def _trainer_base():
-    from transformers import Trainer
-
-    return Trainer
-
-
-class NumlearnTrainer(NumlearnTrainerMixin, _trainer_base()):
+class NumlearnTrainer(NumlearnTrainerMixin, Trainer):
     """``transformers.Trainer`` training a numlearn loss exactly (see ``NumlearnTrainerMixin``)."""

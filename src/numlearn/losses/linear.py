@@ -103,6 +103,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) \
             if need_b and bias is not None else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
+        any_grad = gh is not None or gw is not None or gb is not None
         for s in range(0, idx.shape[0], chunk_size):
             i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
             h_c = h[i_c]
@@ -112,7 +113,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
                 z.mul_(transform.scale)
             if transform.softcap is not None:
                 z.div_(transform.softcap).tanh_()
-                deriv = (1.0 - z * z).mul_(transform.scale) if (gh is not None or gw is not None or gb is not None) else None
+                deriv = (1.0 - z * z).mul_(transform.scale) if any_grad else None
                 z.mul_(transform.softcap)
             # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
             z_t = z.gather(1, t_c.unsqueeze(1)).squeeze(1)
@@ -120,7 +121,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
             z.sub_(m).exp_()
             tot = z.sum(dim=1, keepdim=True)
             total += (m.squeeze(1) + tot.squeeze(1).log() - z_t).sum()
-            if gh is None and gw is None and gb is None:
+            if not any_grad:
                 del z
                 continue
             z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed

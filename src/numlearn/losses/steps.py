@@ -38,12 +38,16 @@ class StepCounts:
                 "num_microbatches_in_step": self.num_microbatches_in_step}
 
 
-def _labels_of(batch) -> torch.Tensor:
+def _labels_of(batch, labels_shifted: bool) -> tuple[torch.Tensor, bool]:
+    """(labels, whether they are shifted): a dict's ``shift_labels`` (already shifted) win over its
+    ``labels``, as in Hugging Face's collators."""
     if isinstance(batch, torch.Tensor):
-        return batch
+        return batch, labels_shifted
     if isinstance(batch, Mapping):
+        if "shift_labels" in batch:
+            return batch["shift_labels"], True
         if "labels" in batch:
-            return batch["labels"]
+            return batch["labels"], labels_shifted
         raise ValueError(f"step_counts: a micro-batch has no 'labels' (keys: {sorted(batch)}); pass the labels "
                          "tensors, or batches with a 'labels' entry")
     raise ValueError(f"step_counts: expected label tensors or dict batches, got {type(batch).__name__}")
@@ -54,7 +58,7 @@ def step_counts(micro_batches: Iterable, loss_fn=None, *, vocab=None, labels_shi
     """Trained tokens and digit targets of one optimizer step.
 
     micro_batches: this process's micro-batches of the step (label tensors ``[B, T]``, or dicts with
-        ``"labels"``); unshifted labels unless ``labels_shifted``.
+        ``"labels"``, or ``"shift_labels"``); unshifted labels unless ``labels_shifted``.
     loss_fn: a numlearn loss (its digit vocabulary is used); or pass ``vocab`` (a ``DigitVocab``).
     all_reduce: ``fn(tensor) -> tensor`` summing over processes (e.g. ``accelerator.reduce(t,
         "sum")``); None -> ``torch.distributed.all_reduce`` when a process group is initialised,
@@ -62,12 +66,12 @@ def step_counts(micro_batches: Iterable, loss_fn=None, *, vocab=None, labels_shi
     """
     if vocab is None and loss_fn is not None:
         vocab = getattr(loss_fn, "vocab", None)
-    batches = [_labels_of(b) for b in micro_batches]
+    batches = [_labels_of(b, labels_shifted) for b in micro_batches]
     if not batches:
         raise ValueError("step_counts: the step has no micro-batch")
-    tokens = sum(count_targets(b, labels_shifted) for b in batches)
-    digits = sum(count_digit_targets(b, vocab, labels_shifted) for b in batches) if vocab is not None else 0
-    t = torch.tensor([tokens, digits, len(batches)], dtype=torch.long, device=batches[0].device)
+    tokens = sum(count_targets(b, shifted) for b, shifted in batches)
+    digits = sum(count_digit_targets(b, vocab, shifted) for b, shifted in batches) if vocab is not None else 0
+    t = torch.tensor([tokens, digits, len(batches)], dtype=torch.long, device=batches[0][0].device)
     dist = torch.distributed
     if all_reduce is not None:
         t = all_reduce(t)

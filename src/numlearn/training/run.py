@@ -386,7 +386,6 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     )
     fused = uses_fused_linear_loss(cfg)
     bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
-    bridge.bind_model(model)
     extra = {"logits_to_keep": 1} if fused else None
     packing = tcfg.get("packing")
     collator = (PackCollator(tokenizer.pad_token_id, 2 if packing is True else int(packing), extra=extra) if packing
