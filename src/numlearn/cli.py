@@ -64,3 +64,34 @@ def remove_if_junk(run_dir, stop_at=None) -> None:
             parent.rmdir()  # only while empty
         except OSError:
             break
+
+
+def require_extra(modules: tuple[str, ...], extra: str, prog: str) -> None:
+    """Exit with one line naming the extra to install when a reproduction dependency is missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.exit(f"{prog}: error: {', '.join(missing)} not installed: {prog} needs the [{extra}] extra "
+                 f"(pip install 'numlearn[{extra}]', or `make setup` in a clone for the pinned set)")
+
+
+def train_main() -> None:
+    require_extra(("hydra", "omegaconf", "transformers", "datasets", "wandb"), "train", "numlearn-train")
+    from numlearn.train import main
+
+    main()
+
+
+def evaluate_main() -> None:
+    require_extra(("hydra", "omegaconf", "transformers", "tqdm"), "eval", "numlearn-evaluate")
+    from numlearn.evaluate import main
+
+    main()
+
+
+def aggregate_main() -> None:
+    require_extra(("pandas", "numpy", "omegaconf"), "eval", "numlearn-aggregate")
+    from numlearn.reporting.aggregate import main
+
+    main()

@@ -15,18 +15,24 @@ cannot see the step's digit count, so it refuses training steps larger than one 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import torch
-from transformers import Trainer
 
-from numlearn.losses import LogitTransform, count_targets, step_counts
+try:
+    from transformers import Trainer
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("numlearn.integrations.hf needs transformers and accelerate: pip install 'numlearn[hf]'") from e
+
+from numlearn.losses import LogitTransform, LossOutput, TokenLoss, count_targets, step_counts
 
 _WORKING_ROUTE = ("use numlearn.integrations.hf.NumlearnTrainer (or NumlearnTrainerMixin on your Trainer "
                   "subclass), numlearn.integrations.trl.NumlearnSFTTrainer for TRL, or call the loss in your own "
                   "loop with numlearn.losses.step_counts")
 
 
-def logit_transform(model) -> LogitTransform:
+def logit_transform(model: torch.nn.Module) -> LogitTransform:
     """What ``model``'s head does to ``hidden @ W.T + b``: Granite's ``1 / logits_scaling``, Cohere's
     ``logit_scale``, Gemma-2/3's ``final_logit_softcapping`` (read off the text config)."""
     cfg = getattr(model, "config", None)
@@ -56,7 +62,7 @@ class LossBridge:
     that post-processes its logits in another way is refused.
     """
 
-    def __init__(self, loss_fn, fused_linear: bool = False, chunk_size: int = 1024):
+    def __init__(self, loss_fn: TokenLoss, fused_linear: bool = False, chunk_size: int = 1024) -> None:
         if fused_linear and not hasattr(loss_fn, "from_hidden"):
             raise ValueError(f"train.fused_linear_loss=true needs a loss with a linear form (mle, ntl, dist2, del); "
                              f"{getattr(loss_fn, 'name', loss_fn)} works on full logits only")
@@ -76,7 +82,7 @@ class LossBridge:
         self.transform: LogitTransform | None = None
         self._checked = False
 
-    def bind_model(self, model) -> None:
+    def bind_model(self, model: torch.nn.Module) -> None:
         if not self.fused_linear or self._head is not None:
             return
         self._head = model.get_output_embeddings()
@@ -110,7 +116,8 @@ class LossBridge:
                              f"hidden @ lm_head (max difference {err:.3g}); its head post-processes logits in a way "
                              "numlearn does not reproduce. Set train.fused_linear_loss=false (the logits path).")
 
-    def counts(self, labels, num_items_in_batch, labels_shifted: bool = False) -> dict:
+    def counts(self, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None,
+               labels_shifted: bool = False) -> dict[str, Any]:
         """The normalisers of this call: the step's (inside a managed training step), this batch's
         (evaluation), or -- used alone as ``compute_loss_func`` -- this batch's when it is the whole
         step, else refused."""
@@ -133,7 +140,8 @@ class LossBridge:
         return {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": None,
                 "num_microbatches_in_step": 1}
 
-    def compute(self, outputs, labels, num_items_in_batch=None, labels_shifted: bool = False):
+    def compute(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+                labels_shifted: bool = False) -> LossOutput:
         kw = self.counts(labels, num_items_in_batch, labels_shifted)
         if self.fused_linear:
             if self._hidden is None:
@@ -155,7 +163,8 @@ class LossBridge:
             self._n += 1
         return out
 
-    def __call__(self, outputs, labels, num_items_in_batch=None):
+    def __call__(self, outputs: Any, labels: torch.Tensor,
+                 num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
         return self.compute(outputs, labels, num_items_in_batch).loss
 
     def start_step(self, step_digits: int | None, step_tokens: int | None = None) -> None:
@@ -166,7 +175,7 @@ class LossBridge:
         if step_digits is not None:
             self._digits = (self._digits or 0) + step_digits
 
-    def pop_means(self, all_reduce=None) -> dict[str, float]:
+    def pop_means(self, all_reduce: Callable[[torch.Tensor], Any] | None = None) -> dict[str, float]:
         """Per-step means since the last call. ``loss/ce`` and ``loss/aux`` are each micro-batch's share of
         its step's loss (normalised by the step's totals), so they are summed over the step's
         micro-batches -- and over processes, through ``all_reduce`` (an in-place SUM over ranks) -- and
@@ -200,8 +209,8 @@ class NumlearnTrainerMixin:
     own counts. Logs ``loss/ce``, ``loss/aux``, ``train/digit_acc``, ``train/digit_entropy``.
     """
 
-    def __init__(self, *args, loss_bridge: LossBridge | None = None, loss_fn=None, fused_linear: bool = False,
-                 chunk_size: int = 1024, **kwargs):
+    def __init__(self, *args: Any, loss_bridge: LossBridge | None = None, loss_fn: TokenLoss | None = None,
+                 fused_linear: bool = False, chunk_size: int = 1024, **kwargs: Any) -> None:
         if loss_bridge is None:
             if loss_fn is None:
                 raise ValueError(f"{type(self).__name__} needs loss_fn= (numlearn.losses.build_loss(...)) or loss_bridge=")
@@ -215,7 +224,8 @@ class NumlearnTrainerMixin:
         loss_bridge.microbatches_in_step = self.args.gradient_accumulation_steps * max(self.args.world_size, 1)
         loss_bridge.bind_model(self.model)  # fused path: the head and the hidden-state hook (once)
 
-    def get_batch_samples(self, epoch_iterator, num_batches, device):
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: torch.device | str | None
+                          ) -> tuple[list[dict[str, Any]], int | torch.Tensor | None]:
         batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
         if batch_samples:
             # the step's counts on every process (moved to the device: NCCL reduces device tensors only)
@@ -226,14 +236,15 @@ class NumlearnTrainerMixin:
             self.loss_bridge.start_step(c.num_digits_in_batch if has_vocab else None, c.num_items_in_batch)
         return batch_samples, num_items
 
-    def training_step(self, *args, **kwargs):
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         self.loss_bridge.in_training_step = True
         try:
             return super().training_step(*args, **kwargs)
         finally:
             self.loss_bridge.in_training_step = False
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: int | torch.Tensor | None = None) -> Any:
         inputs = dict(inputs)
         labels, shifted = inputs.pop("labels", None), False
         if "shift_labels" in inputs:
@@ -252,7 +263,7 @@ class NumlearnTrainerMixin:
     def _sum_over_processes(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(t.to(self.args.device), reduction="sum").cpu()
 
-    def log(self, logs, *args, **kwargs):
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         if "loss" in logs:
             # log() runs on every process (the Trainer gathers its own loss first), so a collective is safe here
             reduce = self._sum_over_processes if self.args.world_size > 1 else None

@@ -126,11 +126,12 @@ class TokenLoss:
 
     name = "base"
 
-    def __init__(self, vocab: DigitVocab | None):
+    def __init__(self, vocab: DigitVocab | None) -> None:
         self.vocab = vocab
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
+                 labels_shifted: bool = False) -> LossOutput:
         raise NotImplementedError
 
     #: the loss has a numeric term whose normalisation needs the step's digit count
@@ -163,7 +164,7 @@ class DigitLoss(TokenLoss):
     """
 
     def __init__(self, vocab: DigitVocab, alpha: float, aux_normalization: str = "step",
-                 float_spans: bool = True):
+                 float_spans: bool = True) -> None:
         super().__init__(vocab)
         check_aux_normalization(aux_normalization)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
@@ -191,8 +192,9 @@ class DigitLoss(TokenLoss):
     def has_numeric_term(self) -> bool:  # noqa: D102
         return self.alpha > 0
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
+                 labels_shifted: bool = False) -> LossOutput:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
@@ -287,7 +289,8 @@ def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
     return {"digit_acc": s["correct"] / n, "digit_entropy": s["entropy"] / n, "n_digits": s["n"]}
 
 
-def digit_view(logits, labels, vocab: DigitVocab, float_spans: bool = True, labels_shifted: bool = False):
+def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, float_spans: bool = True,
+               labels_shifted: bool = False) -> tuple[torch.Tensor, DigitTargets]:
     """(fp32 ``[N, 10]`` digit logits, DigitTargets) of a batch, without gradients: for analysis
     (digit distributions per loss, the paper's Figure 1) rather than training."""
     with torch.no_grad():

@@ -9,6 +9,7 @@ the wrong logits without any error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 DIGITS = "0123456789"
 
@@ -66,8 +67,8 @@ def _adapt(tokenizer):
         return tokenizer
     if hasattr(tokenizer, "encode") and hasattr(tokenizer, "token_to_id") and hasattr(tokenizer, "decode"):
         return _RawTokenizer(tokenizer)  # tokenizers.Tokenizer
-    raise TypeError(f"expected a Hugging Face tokenizer (transformers.PreTrainedTokenizerBase) or a "
-                    f"tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+    raise TypeError(f"expected a Hugging Face tokenizer (transformers.PreTrainedTokenizerBase), a "
+                    f"tokenizers.Tokenizer or a numlearn.losses.DigitVocab, got {type(tokenizer).__name__}")
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -87,14 +88,16 @@ def _single_token_id(tokenizer, ch: str) -> int | None:
     return None
 
 
-def digit_token_ids(tokenizer) -> DigitVocab:
+def digit_token_ids(tokenizer: Any) -> DigitVocab:
     """Return the verified digit and "." token ids of ``tokenizer``.
 
-    ``tokenizer``: a ``transformers`` tokenizer or a raw ``tokenizers.Tokenizer``.
-    Raises TokenizerDigitError naming the problem when a digit has no single-token form or when
+    ``tokenizer``: a ``transformers`` tokenizer or a raw ``tokenizers.Tokenizer``; a ``DigitVocab``
+    (ids known already, no tokenizer package needed) is returned as it is. Raises TokenizerDigitError naming the problem when a digit has no single-token form or when
     numbers are tokenized into multi-digit pieces (Llama-3 / GPT-2 / DeepSeek-V3 style), which the
     digit-level losses do not support.
     """
+    if isinstance(tokenizer, DigitVocab):
+        return tokenizer
     tokenizer = _adapt(tokenizer)
     name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
     ids = []

@@ -23,11 +23,12 @@ class MLELoss(DigitLoss):
 
     name = "mle"
 
-    def __init__(self, vocab: DigitVocab | None, aux_normalization: str = "step"):
+    def __init__(self, vocab: DigitVocab | None, aux_normalization: str = "step") -> None:
         super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization)
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
+                 labels_shifted: bool = False) -> LossOutput:
         if self.vocab is not None:
             return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step,
                                     labels_shifted)
@@ -54,7 +55,7 @@ class NTLLoss(DigitLoss):
     name = "ntl"
 
     def __init__(self, vocab: DigitVocab, alpha: float, variant: str = "was",
-                 aux_normalization: str = "step"):
+                 aux_normalization: str = "step") -> None:
         super().__init__(vocab, alpha, aux_normalization, float_spans=False)
         if variant not in ("was", "mse"):
             raise ValueError(f"NTL variant={variant!r}; choose 'was' or 'mse'")
@@ -88,7 +89,7 @@ class Dist2Loss(DigitLoss):
     name = "dist2"
 
     def __init__(self, vocab: DigitVocab, alpha: float, tau: float = 1.0, beta: float | None = None,
-                 place_weights: str = "official", aux_normalization: str = "step"):
+                 place_weights: str = "official", aux_normalization: str = "step") -> None:
         super().__init__(vocab, alpha, aux_normalization, float_spans=False)
         if tau <= 0:
             raise ValueError(f"DIST2 tau must be > 0, got {tau}")
@@ -142,7 +143,7 @@ class DELLoss(DigitLoss):
 
     def __init__(self, vocab: DigitVocab, alpha: float, form: str = "code",
                  place_weights: str = "official", float_spans: bool = True,
-                 aux_normalization: str = "step"):
+                 aux_normalization: str = "step") -> None:
         super().__init__(vocab, alpha, aux_normalization, float_spans=float_spans)
         if form not in ("code", "paper"):
             raise ValueError(f"DEL form={form!r}; choose 'code' or 'paper'")

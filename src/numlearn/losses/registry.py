@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .base import TokenLoss, check_aux_normalization
 from .digits import digit_token_ids
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
@@ -19,8 +21,8 @@ LOSSES: dict[str, type[TokenLoss]] = {
 }
 
 
-def build_loss(name: str, tokenizer, model=None, **options: Any) -> TokenLoss:
-    """Build the loss ``name`` for ``tokenizer``.
+def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, **options: Any) -> TokenLoss:
+    """Build the loss ``name`` for ``tokenizer`` (or a ``DigitVocab`` holding the digit ids).
 
     ``options`` are the loss's keyword arguments (alpha, form, place_weights, float_spans,
     aux_normalization, tau, beta, variant, eta). ``model`` is used only by ``emo`` (its output

@@ -16,12 +16,17 @@ backward's scaling, which depends on the loop (``backward_scale``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .spans import count_digit_targets, count_targets
+
+if TYPE_CHECKING:
+    from .base import TokenLoss
+    from .digits import DigitVocab
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,9 @@ def _labels_of(batch, labels_shifted: bool) -> tuple[torch.Tensor, bool]:
     raise ValueError(f"step_counts: expected label tensors or dict batches, got {type(batch).__name__}")
 
 
-def step_counts(micro_batches: Iterable, loss_fn=None, *, vocab=None, labels_shifted: bool = False,
-                all_reduce=None) -> StepCounts:
+def step_counts(micro_batches: Iterable, loss_fn: TokenLoss | None = None, *, vocab: DigitVocab | None = None,
+                labels_shifted: bool = False,
+                all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> StepCounts:
     """Trained tokens and digit targets of one optimizer step.
 
     micro_batches: this process's micro-batches of the step (label tensors ``[B, T]``, or dicts with
@@ -81,7 +87,7 @@ def step_counts(micro_batches: Iterable, loss_fn=None, *, vocab=None, labels_shi
     return StepCounts(tokens, digits, micro)
 
 
-def backward_scale(accelerator=None, *, grad_accum: int = 1, world_size: int = 1) -> float:
+def backward_scale(accelerator: Any = None, *, grad_accum: int = 1, world_size: int = 1) -> float:
     """What to multiply a step-normalised loss by before the backward, so that the summed (and
     process-averaged) gradient is the gradient of the step's loss: GA x processes under accelerate
     (``accelerator.backward`` divides by GA; DDP/FSDP average over processes), or

@@ -62,7 +62,7 @@ class MixCELoss(_FullSoftmaxLoss):
 
     name = "mixce"
 
-    def __init__(self, vocab: DigitVocab | None, eta: float = 0.5, form: str = "paper"):
+    def __init__(self, vocab: DigitVocab | None, eta: float = 0.5, form: str = "paper") -> None:
         super().__init__(vocab)
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"MixCE eta must be in [0, 1], got {eta}")
@@ -72,8 +72,9 @@ class MixCELoss(_FullSoftmaxLoss):
     def _mix(self, ce):
         return self.eta * ce + (1.0 - self.eta) * torch.exp(-ce).detach() * ce
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
+                 labels_shifted: bool = False) -> LossOutput:
         targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
@@ -108,7 +109,7 @@ class EMOLoss(_FullSoftmaxLoss):
     name = "emo"
 
     def __init__(self, vocab: DigitVocab | None, output_embeddings: torch.Tensor | None = None,
-                 form: str = "official"):
+                 form: str = "official") -> None:
         super().__init__(vocab)
         self.form = _check_form("EMO", form)
         self.embedding = None
@@ -120,12 +121,13 @@ class EMOLoss(_FullSoftmaxLoss):
         self.embedding = e / e.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         return self
 
-    def bind_model(self, model) -> EMOLoss:
+    def bind_model(self, model: torch.nn.Module) -> EMOLoss:
         """Take the cost from ``model``'s output embedding as it is now (call before training)."""
         return self.bind_embeddings(model.get_output_embeddings().weight)
 
-    def __call__(self, logits, labels, num_items_in_batch=None, num_digits_in_batch=None,
-                 num_microbatches_in_step=None, labels_shifted: bool = False) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
+                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
+                 labels_shifted: bool = False) -> LossOutput:
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")

