@@ -162,6 +162,12 @@ def test_every_preset_builds_every_loss_before_any_weights(preset, harness, char
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         for loss in LOSSES:
             cfg = compose("config", overrides=[f"experiment={preset}", f"loss={loss}", f"harness={harness}"])
+            if loss in ("mixce", "emo") and cfg.loss.get("ce_normalization") == "example_mean":
+                # the CodeLlama/Mistral rows average per-example CE; MixCE/EMO (the Qwen ablation's losses)
+                # normalise their own token loss: refused, with the override that runs them
+                with pytest.raises(ValueError, match="ce_normalization=token"):
+                    build_loss(cfg.loss.name, char_tokenizer, **loss_options(cfg.loss))
+                continue
             fn = build_loss(cfg.loss.name, char_tokenizer, **loss_options(cfg.loss))
             if cfg.get("paper_row") and loss in cfg.paper_row.effective:
                 eff = fn.effective_weight(cfg.paper_row.grad_accum, cfg.paper_row.world_size)
@@ -202,6 +208,38 @@ def test_dry_run_records_the_official_effective_weight_on_any_world_size(preset,
         assert meta["template"]["mode"] == "official" and 0 <= meta["template"]["official_index"] < 12
         assert meta["boundary"] == "joint"
         assert not list((tmp_path / str(world)).rglob("final"))  # stopped before any model
+        # issue 25: what the authors' harness weights equally (each example), and their per-rank templates
+        official_ce = "example_mean" if "codellama" in preset or "mistral" in preset else "token"
+        assert (meta["aux_normalization"], meta["ce_normalization"]) == ("example_mean", official_ce)
+        assert meta["template_draw"] == "rank" and [t["rank"] for t in meta["templates"]] == list(range(world))
+        from numlearn.data.prompts import training_template
+
+        want = [training_template("official", 0, r).index for r in range(world)]
+        assert [t["official_index"] for t in meta["templates"]] == want
+        assert meta["template"]["official_index"] == want[0]
+        if world == 1:  # the preset's own layout, for a dry run on fewer processes
+            assert len(meta["templates_at_paper_layout"]) == cfg.paper_row.world_size
+        if world == 8:
+            assert len(set(want)) > 1  # eight seeded draws are not all the same template
+
+
+@pytest.mark.parametrize("world", [1, 4])
+def test_official_harness_normalises_ce_as_the_script(tmp_path, shared_tokenizers, world):
+    meta, _ = _dry_run(tmp_path, "table1_codellama-7b", "del", world, shared_tokenizers / "llama2-spm",
+                       "harness=official")
+    assert (meta["aux_normalization"], meta["ce_normalization"]) == ("microbatch_mean", "example_mean")
+    meta, _ = _dry_run(tmp_path / "q", "table1_qwen2.5-1.5b", "del", world, shared_tokenizers / "qwen2.5",
+                       "harness=official")
+    assert (meta["aux_normalization"], meta["ce_normalization"]) == ("microbatch_sum", "token")
+
+
+def test_per_rank_templates_refuse_length_grouping(char_tokenizer):
+    from numlearn.training.run import check_run_options
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=["experiment=table1_qwen2.5-1.5b", "loss=del", "train.sampling=group_by_length"])
+    with pytest.raises(ValueError, match="template_draw=rank"):
+        check_run_options(cfg)
 
 
 def test_official_harness_scales_with_the_layout_and_warns(tmp_path, shared_tokenizers):

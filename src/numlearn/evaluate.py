@@ -63,7 +63,8 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     rj = run_meta_of_model(model_path)
     if rj is not None:
         run_meta = {k: rj.get(k) for k in ("experiment", "model", "loss", "alpha", "seed", "run_dir", "loss_repr",
-                                           "aux_effective_weight", "harness", "aux_normalization", "heldout",
+                                           "aux_effective_weight", "harness", "aux_normalization", "ce_normalization",
+                                           "templates", "heldout",
                                            "recipe", "recipe_sha")}
         run_meta["train_git"] = rj.get("git")
     else:

@@ -4,10 +4,13 @@ Evaluation always uses the alpaca form (the official ``eval/prompt_utils.py``). 
 
 * ``alpaca`` -- the same alpaca prompt for every example (the embedded default);
 * ``official`` -- the DEL authors' template set (``utils.PROMPT_TEMPLATE`` of PolyU-VCLab/DEL,
-  Apache-2.0, shipped as ``official_prompt_templates.json``): ONE template is drawn per run and
-  every example is formatted with it, as their trainers do with ``random.choice`` -- here from a
-  generator seeded by the run's seed, so the draw is reproducible and recorded in ``run.json``.
-  A record with a non-empty ``input`` field gets the template's ``prompt_input`` form.
+  Apache-2.0, shipped as ``official_prompt_templates.json``). Their trainers call
+  ``random.choice(PROMPT_TEMPLATE)`` in every torchrun process before anything is seeded, so each
+  rank formats its shard with its own template (on 4 GPUs all four agree with probability 0.0006).
+  ``draw="rank"`` does the same from a generator seeded by (seed, rank); ``draw="run"`` draws one
+  template for every rank from the seed. Either way the draws are reproducible and every rank's
+  is recorded in ``run.json`` (``templates``). A record with a non-empty ``input`` field gets the
+  template's ``prompt_input`` form.
 """
 
 from __future__ import annotations
@@ -56,9 +59,14 @@ class TrainingTemplate:
         return {"mode": self.mode, "official_index": self.index, "prompt_no_input": self.no_input}
 
 
-def training_template(mode: str = "alpaca", seed: int = 0) -> TrainingTemplate:
-    """The run's template: ``alpaca`` always the same; ``official`` one of the authors' set drawn
-    from ``random.Random(f"numlearn-templates/{seed}")`` (stable across Python versions)."""
+TEMPLATE_DRAWS = ("run", "rank")
+
+
+def training_template(mode: str = "alpaca", seed: int = 0, rank: int | None = None) -> TrainingTemplate:
+    """The template a process formats its examples with: ``alpaca`` always the same; ``official``
+    one of the authors' set drawn from ``random.Random(f"numlearn-templates/{seed}")`` (rank None:
+    the same for every rank) or ``random.Random(f"numlearn-templates/{seed}/rank{rank}")`` (a draw
+    per rank); string seeds are stable across Python versions."""
     if mode == "random":
         raise ValueError("data.template=random was replaced by data.template=official (the authors' own "
                          "template set, one drawn per run)")
@@ -68,7 +76,8 @@ def training_template(mode: str = "alpaca", seed: int = 0) -> TrainingTemplate:
         alpaca = ALPACA.replace("{query}", "{instruction}")
         return TrainingTemplate("alpaca", None, alpaca, alpaca)
     templates = official_templates()
-    i = random.Random(f"numlearn-templates/{seed}").randrange(len(templates))
+    key = f"numlearn-templates/{seed}" if rank is None else f"numlearn-templates/{seed}/rank{int(rank)}"
+    i = random.Random(key).randrange(len(templates))
     t = templates[i]
     return TrainingTemplate("official", i, t["prompt_no_input"], t["prompt_input"])
 

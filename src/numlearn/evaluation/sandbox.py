@@ -87,13 +87,32 @@ def _hook(event, args):
                 real = os.path.realpath(os.fsdecode(a))
                 if not (real == _cwd or real.startswith(_cwd + os.sep)):
                     raise PermissionError(f"sandbox: {event} outside the working directory is not allowed")
+# Modules the caller asked to have loaded before the program starts (the official executor's
+# forked child inherits its parent's: sympy, numpy, ...), imported before the hook, then ".ready"
+# tells the parent to start the program's clock (run_program(clock_after_preload=True)).
+if os.path.exists("preload.json"):
+    import importlib, json
+    with open("preload.json", encoding="utf-8") as f:
+        _preload = json.load(f)
+    for _m in _preload:
+        try:
+            importlib.import_module(_m)
+        except Exception:
+            pass
+    del importlib, json, _preload
 with open("program.py", encoding="utf-8") as f:
     _src = f.read()
 _code = compile(_src, "program.py", "exec")
+open(".ready", "w").close()
 sys.addaudithook(_hook)
 del _hook
 exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
 '''
+
+# Exit status by which a wrapped program (numlearn.evaluation.official.wrap_program) reports that it
+# hit the sandbox's memory cap (MemoryError), so the stop is counted rather than scored as a failure
+# the official executor (which has no cap) would not have had.
+MEMORY_EXIT = 98
 
 
 # Whether the interpreter is reachable by the sandbox uid (it is not when it lives under a
@@ -111,6 +130,8 @@ class ProgramResult:
     output_truncated: bool = False
     seconds: float = 0.0
     isolation: str = ""
+    memory_limited: bool = False  # stopped by the memory cap (MemoryError), not by the program's own error
+    startup_seconds: float = 0.0  # interpreter + preloaded imports, outside the time budget (clock_after_preload)
 
 
 def _bwrap_argv(workdir: str, python: str) -> list[str]:
@@ -259,22 +280,42 @@ def _kill_uid_processes(uid: int) -> None:
 
 
 def run_program(code: str, timeout_s: float = 5.0, memory_mb: int = 1024, max_output_bytes: int = 65536,
-                max_procs: int = 16, python: str | None = None, allow_unsafe: bool = False) -> ProgramResult:
+                max_procs: int = 16, python: str | None = None, allow_unsafe: bool = False,
+                preload: tuple[str, ...] = (), clock_after_preload: bool = False,
+                startup_timeout_s: float = 60.0) -> ProgramResult:
     """Run ``code`` as a Python program in the sandbox; return its stdout and status.
 
     ``ok`` is True only when the program exited with status 0 within ``timeout_s`` seconds of wall
     time. ``stdout`` holds at most ``max_output_bytes`` bytes; stderr is kept apart (a correct
     program that warns a lot still succeeds). Raises ``SandboxUnavailable`` when the OS boundary
     cannot be set up, unless ``allow_unsafe``.
+
+    ``preload``: modules imported in the sandbox before the program (and before the audit hook),
+    as in a child forked from a parent that had imported them. ``clock_after_preload``: the
+    ``timeout_s`` budget starts once the interpreter is up and ``preload`` imported (at most
+    ``startup_timeout_s`` for that), so it measures the program, not our start-up.
     """
     isolated, how = isolation_status()
     if not isolated and not allow_unsafe:
         raise SandboxUnavailable(how)
-    return _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how) if isolated else \
-        _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python)
+    start = _Start(tuple(preload), bool(clock_after_preload), float(startup_timeout_s))
+    return _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how, start) if isolated else \
+        _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, start)
 
 
-def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, isolation) -> ProgramResult:
+@dataclass(frozen=True)
+class _Start:
+    preload: tuple[str, ...] = ()
+    clock_after_preload: bool = False
+    startup_timeout_s: float = 60.0
+
+    @property
+    def cpu_allowance(self) -> int:  # CPU seconds the start-up may take on top of the budget
+        return 30 if self.preload else 0
+
+
+def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, isolation,
+            startup: float = 0.0) -> ProgramResult:
     with open(out_path, "rb") as f:
         raw = f.read(max_output_bytes + 1)
     with open(err_path, "rb") as f:
@@ -282,13 +323,17 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
     truncated = len(raw) > max_output_bytes
     stdout = raw[:max_output_bytes].decode("utf-8", "replace")
     secs = time.monotonic() - t0
-    res = ProgramResult(stdout, False, timed_out, "", rc, truncated, secs, isolation)
+    res = ProgramResult(stdout, False, timed_out, "", rc, truncated, secs, isolation, startup_seconds=startup)
+    last_err = err.strip().splitlines()[-1] if err.strip() else ""
+    res.memory_limited = rc == MEMORY_EXIT or last_err.startswith("MemoryError")
     if timed_out:
         res.error = f"timed out after {timeout_s:g}s"
     elif rc == 97:
         res.error = "sandbox: could not isolate the network"
     elif rc == 96:
         res.error = "sandbox: could not apply the resource limits (" + (err.strip().splitlines() or ["?"])[-1][-200:] + ")"
+    elif res.memory_limited:
+        res.error = "memory limit (MemoryError)"
     elif rc != 0:
         if rc is not None and rc < 0:
             sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
@@ -302,6 +347,21 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
     else:
         res.ok = True
     return res
+
+
+def _wait_ready(proc, workdir: str, start: _Start) -> float:
+    """With ``clock_after_preload``: wait until the guard has loaded the preloads and is about to
+    run the program (its ``.ready`` file), the process ends, or ``startup_timeout_s`` passes;
+    return the seconds waited (0 otherwise)."""
+    if not start.clock_after_preload:
+        return 0.0
+    t0 = time.monotonic()
+    marker = os.path.join(workdir, ".ready")
+    while time.monotonic() - t0 < start.startup_timeout_s:
+        if os.path.exists(marker) or proc.poll() is not None:
+            break
+        time.sleep(0.005)
+    return time.monotonic() - t0
 
 
 def _wait_then_kill(proc, timeout_s: float, after_kill=None) -> tuple[int | None, bool]:
@@ -327,10 +387,13 @@ def _wait_then_kill(proc, timeout_s: float, after_kill=None) -> tuple[int | None
     return rc, timed_out
 
 
-def _workdir(code: str) -> str:
-    """A fresh directory holding the program and the guard that runs it."""
+def _workdir(code: str, start: _Start | None = None) -> str:
+    """A fresh directory holding the program and the guard that runs it (and what to preload)."""
     tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
-    for name, text in (("program.py", code), ("guard.py", _GUARD)):
+    files = [("program.py", code), ("guard.py", _GUARD)]
+    if start is not None and start.preload:
+        files.append(("preload.json", json.dumps(list(start.preload))))
+    for name, text in files:
         with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
             f.write(text)
     return tmp
@@ -352,13 +415,14 @@ def _limits_preexec(limits: dict[str, int], pids: _PidsLimit | None = None):
     return fn
 
 
-def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how) -> ProgramResult:
-    tmp = _workdir(code)
+def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how,
+               start: _Start = _Start()) -> ProgramResult:
+    tmp = _workdir(code, start)
     t0 = time.monotonic()
     try:
         # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE,
         # which is set well above the stdout cap so stderr chatter cannot fail a correct program.
-        limits = {"cpu": int(timeout_s) + 1, "mem": memory_mb * 1024 * 1024,
+        limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance, "mem": memory_mb * 1024 * 1024,
                   "fsize": max(16 << 20, max_output_bytes + 1)}
         outdir = tempfile.mkdtemp(prefix="numlearn-pot-io-")
         out_path, err_path = os.path.join(outdir, "stdout"), os.path.join(outdir, "stderr")
@@ -376,8 +440,9 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
                                             stdout=fo, stderr=fe, start_new_session=True, close_fds=True)
                 except (OSError, subprocess.SubprocessError) as e:
                     return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
+                startup = _wait_ready(proc, tmp, start)
                 rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
-            return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how)
+            return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how, startup)
         finally:
             pids.close()
             shutil.rmtree(outdir, ignore_errors=True)
@@ -385,11 +450,12 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python) -> ProgramResult:
+def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python,
+                 start: _Start = _Start()) -> ProgramResult:
     """The process-level fallback (``allow_unsafe``): not a boundary."""
     global _UID_DROP_WORKS
     as_root = os.geteuid() == 0
-    tmp = _workdir(code)
+    tmp = _workdir(code, start)
     t0 = time.monotonic()
     try:
         if as_root:
@@ -398,7 +464,8 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
         out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
                "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        limits = {"cpu": int(timeout_s) + 1, "mem": memory_mb * 1024 * 1024, "fsize": max_output_bytes + 1,
+        limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance, "mem": memory_mb * 1024 * 1024,
+                  "fsize": max_output_bytes + 1,
                   "nproc": max_procs if not as_root else 4096}
         with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
             if as_root:
@@ -420,9 +487,11 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
                                             preexec_fn=_preexec(limits, as_root, False), close_fds=True)
             except (OSError, subprocess.SubprocessError) as e:
                 return ProgramResult("", False, error=f"could not start sandbox: {e}")
+            startup = _wait_ready(proc, tmp, start)
             rc, timed_out = _wait_then_kill(
                 proc, timeout_s, (lambda: _kill_uid_processes(SANDBOX_UID)) if drop and _UID_DROP_WORKS else None)
-        res = _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, "process (unsafe)")
+        res = _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, "process (unsafe)",
+                      startup)
         if rc == 97 and not as_root:
             res.error = f"exit status {rc}"
         return res

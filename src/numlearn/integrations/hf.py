@@ -72,6 +72,7 @@ class LossBridge:
         self.in_training_step = False
         self.step_digits: int | None = None
         self.step_tokens: int | None = None
+        self.step_examples: tuple[int | None, int | None] = (None, None)  # (with targets, with digit targets)
         self.microbatches_in_step: int = 1  # GA x processes, for aux_normalization=microbatch_mean
         self._sums: dict[str, float] = defaultdict(float)
         self._n = 0  # micro-batches since the last log
@@ -124,11 +125,13 @@ class LossBridge:
         if self.managed:
             if self.in_training_step:
                 return {"num_items_in_batch": self.step_tokens, "num_digits_in_batch": self.step_digits,
-                        "num_microbatches_in_step": self.microbatches_in_step}
+                        "num_microbatches_in_step": self.microbatches_in_step,
+                        "num_examples_in_step": self.step_examples[0],
+                        "num_digit_examples_in_step": self.step_examples[1]}
             return {"num_items_in_batch": None, "num_digits_in_batch": None, "num_microbatches_in_step": 1}
         fn = self.loss_fn
-        needs_step = getattr(fn, "has_numeric_term", False) and getattr(fn, "aux_normalization", "step") != \
-            "microbatch_sum"
+        needs_step = (getattr(fn, "has_numeric_term", False) and getattr(fn, "aux_normalization", "step") !=
+                      "microbatch_sum") or getattr(fn, "ce_normalization", "token") != "token"
         if needs_step and torch.is_grad_enabled() and num_items_in_batch is not None:
             local = count_targets(labels, labels_shifted)
             if int(num_items_in_batch) != local:
@@ -141,8 +144,10 @@ class LossBridge:
                 "num_microbatches_in_step": 1}
 
     def compute(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
-                labels_shifted: bool = False) -> LossOutput:
+                labels_shifted: bool = False, position_ids: torch.Tensor | None = None) -> LossOutput:
         kw = self.counts(labels, num_items_in_batch, labels_shifted)
+        if position_ids is not None:
+            kw["position_ids"] = position_ids  # packed / padding-free rows: an example is a sequence
         if self.fused_linear:
             if self._hidden is None:
                 raise RuntimeError("fused linear loss: no hidden states captured (LossBridge.bind_model not called?)")
@@ -167,10 +172,13 @@ class LossBridge:
                  num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
         return self.compute(outputs, labels, num_items_in_batch).loss
 
-    def start_step(self, step_digits: int | None, step_tokens: int | None = None) -> None:
-        """Called once per optimizer step, before its micro-batches (``get_batch_samples``)."""
+    def start_step(self, step_digits: int | None, step_tokens: int | None = None,
+                   step_examples: tuple[int | None, int | None] = (None, None)) -> None:
+        """Called once per optimizer step, before its micro-batches (``get_batch_samples``), with the
+        step's digit targets, trained tokens and (examples with targets, examples with digit targets)."""
         self.step_digits = step_digits
         self.step_tokens = step_tokens
+        self.step_examples = step_examples
         self._steps += 1
         if step_digits is not None:
             self._digits = (self._digits or 0) + step_digits
@@ -233,7 +241,8 @@ class NumlearnTrainerMixin:
                 else (lambda t: t)
             c = step_counts(batch_samples, self.loss_bridge.loss_fn, all_reduce=reduce)
             has_vocab = getattr(self.loss_bridge.loss_fn, "vocab", None) is not None
-            self.loss_bridge.start_step(c.num_digits_in_batch if has_vocab else None, c.num_items_in_batch)
+            self.loss_bridge.start_step(c.num_digits_in_batch if has_vocab else None, c.num_items_in_batch,
+                                        (c.num_examples_in_step, c.num_digit_examples_in_step if has_vocab else None))
         return batch_samples, num_items
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -255,7 +264,8 @@ class NumlearnTrainerMixin:
             inputs["logits_to_keep"] = 1
         inputs.setdefault("use_cache", False)
         outputs = model(**inputs)
-        loss = self.loss_bridge.compute(outputs, labels, labels_shifted=shifted).loss
+        loss = self.loss_bridge.compute(outputs, labels, labels_shifted=shifted,
+                                        position_ids=inputs.get("position_ids")).loss
         if self.loss_bridge.in_training_step and self.args.world_size > 1:
             loss = loss * self.accelerator.num_processes  # DDP/FSDP average gradients; the counts are global
         return (loss, outputs) if return_outputs else loss

@@ -9,7 +9,15 @@
 This package imports nothing from the rest of numlearn.
 """
 
-from .base import AUX_NORMALIZATIONS, LossOutput, TokenLoss, digit_summary, digit_view, effective_weight
+from .base import (
+    AUX_NORMALIZATIONS,
+    CE_NORMALIZATIONS,
+    LossOutput,
+    TokenLoss,
+    digit_summary,
+    digit_view,
+    effective_weight,
+)
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
 from .linear import LogitTransform
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
@@ -18,7 +26,9 @@ from .spans import (
     IGNORE_INDEX,
     DigitTargets,
     count_digit_targets,
+    count_examples,
     count_targets,
+    example_ids,
     number_spans,
     shift_targets,
     to_targets,
@@ -27,8 +37,8 @@ from .steps import StepCounts, backward_scale, step_counts
 from .token_level import EMOLoss, MixCELoss
 
 __all__ = [
-    "AUX_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
+    "AUX_NORMALIZATIONS", "CE_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
     "build_loss", "count_digit_targets", "digit_summary", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
-    "shift_targets", "LogitTransform", "StepCounts", "backward_scale", "count_targets", "step_counts", "to_targets",
+    "shift_targets", "LogitTransform", "StepCounts", "backward_scale", "count_examples", "count_targets", "example_ids", "step_counts", "to_targets",
 ]

@@ -13,7 +13,7 @@ import torch
 
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
-from .spans import IGNORE_INDEX, DigitTargets, number_spans, to_targets
+from .spans import IGNORE_INDEX, DigitTargets, example_ids, number_spans, per_example_weights, to_targets
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
 AUX_NORMALIZATIONS = {
@@ -25,6 +25,15 @@ AUX_NORMALIZATIONS = {
     "microbatch_sum": "per-micro-batch mean, summed over the step's GA x W micro-batches (official Qwen/DeepSeek script)",
     # train-codellama-mistral.py (transformers 4.35): accelerate divides by GA, DDP/FSDP averages processes.
     "microbatch_mean": "per-micro-batch mean, averaged over the step's GA x W micro-batches (official CodeLlama/Mistral script)",
+    # The official scripts at their per-device batch of 1, made invariant to GA x W: each example's
+    # digit mean counts equally (the paper presets' default).
+    "example_mean": "each example's digit mean, averaged over the step's examples that have digit targets (all micro-batches, all processes)",
+}
+# How cross-entropy is normalised.
+CE_NORMALIZATIONS = {
+    "token": "summed over the micro-batch / trained tokens of the whole step (the HF Trainer's num_items_in_batch)",
+    # train-codellama-mistral.py at batch 1 per device: each micro-batch's token mean, averaged over GA x W.
+    "example_mean": "each example's token mean, averaged over the step's examples (all micro-batches, all processes)",
 }
 _RENAMED_NORMALIZATIONS = {"microbatch": "microbatch_sum"}
 
@@ -38,11 +47,18 @@ def check_aux_normalization(value: str) -> str:
     return value
 
 
+def check_ce_normalization(value: str) -> str:
+    if value not in CE_NORMALIZATIONS:
+        raise ValueError(f"ce_normalization={value!r}; choose one of {sorted(CE_NORMALIZATIONS)}")
+    return value
+
+
 def effective_weight(alpha: float, aux_normalization: str, grad_accum: int = 1, world_size: int = 1) -> float:
     """Weight of a numeric term relative to a per-step mean over digit targets (the ``step`` scale).
 
     ``microbatch_sum`` adds GA x W per-micro-batch means, so its weight is ``alpha * GA * W`` (the
-    official Qwen2.5-1.5B row: 0.01 x 32 x 4 = 1.28); ``microbatch_mean`` and ``step`` give ``alpha``.
+    official Qwen2.5-1.5B row: 0.01 x 32 x 4 = 1.28); ``microbatch_mean``, ``example_mean`` and
+    ``step`` give ``alpha``.
     """
     check_aux_normalization(aux_normalization)
     if aux_normalization == "microbatch_sum":
@@ -84,28 +100,35 @@ class _CrossEntropyWithDigitLogits(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits2d, targets, rows, digit_ids):
+    def forward(ctx, logits2d, targets, rows, digit_ids, weights=None):
+        # weights: [M] fp32 per-position weights of the CE sum (example-mean CE), None -> 1
         valid = targets != IGNORE_INDEX
         safe_t = targets.clamp_min(0)
         lse = torch.logsumexp(logits2d.float(), dim=-1)
         tgt_logit = logits2d.gather(1, safe_t.unsqueeze(1)).squeeze(1).float()
-        ce_sum = torch.where(valid, lse - tgt_logit, torch.zeros_like(lse)).sum()
+        ce = torch.where(valid, lse - tgt_logit, torch.zeros_like(lse))
+        ce_sum = (ce if weights is None else ce * weights).sum()
         zd = logits2d[rows.unsqueeze(1), digit_ids.unsqueeze(0)].float()
-        ctx.save_for_backward(logits2d, lse, targets, rows, digit_ids)
+        ctx.save_for_backward(logits2d, lse, targets, rows, digit_ids,
+                              weights if weights is not None else torch.empty(0))
+        ctx.weighted = weights is not None
         return ce_sum, zd
 
     @staticmethod
     def backward(ctx, g_ce, g_zd):
-        logits2d, lse, targets, rows, digit_ids = ctx.saved_tensors
+        logits2d, lse, targets, rows, digit_ids, weights = ctx.saved_tensors
         valid = targets != IGNORE_INDEX
         grad = logits2d.float() - lse.unsqueeze(1)  # the one [M, V] buffer of this loss
         grad.exp_()
         idx = torch.nonzero(valid).squeeze(1)
         grad[idx, targets[idx]] -= 1.0
-        grad.mul_((valid.to(grad.dtype) * g_ce).unsqueeze(1))
+        scale = valid.to(grad.dtype) * g_ce
+        if ctx.weighted:
+            scale = scale * weights
+        grad.mul_(scale.unsqueeze(1))
         if g_zd is not None and rows.numel():
             grad.index_put_((rows.unsqueeze(1), digit_ids.unsqueeze(0)), g_zd.to(grad.dtype), accumulate=True)
-        return grad.to(logits2d.dtype), None, None, None
+        return grad.to(logits2d.dtype), None, None, None, None
 
 
 class TokenLoss:
@@ -122,6 +145,11 @@ class TokenLoss:
         ``aux_normalization="step"`` (see ``count_digit_targets``).
     num_microbatches_in_step: accumulation steps x processes; used by
         ``aux_normalization="microbatch_mean"``. None -> 1.
+    num_examples_in_step / num_digit_examples_in_step: examples with a trained target / with a digit
+        target in the whole step (``count_examples``); used by ``ce_normalization="example_mean"`` /
+        ``aux_normalization="example_mean"``. None -> this batch's.
+    position_ids: ``[B, T]``, 0 at each sequence's first token, for packed or padding-free rows: an
+        example is then a sequence, not a row (``example_ids``). None -> each row is one example.
     """
 
     name = "base"
@@ -131,11 +159,15 @@ class TokenLoss:
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False) -> LossOutput:
+                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
+                 num_digit_examples_in_step: int | None = None,
+                 position_ids: torch.Tensor | None = None) -> LossOutput:
         raise NotImplementedError
 
     #: the loss has a numeric term whose normalisation needs the step's digit count
     has_numeric_term = False
+
+    ce_normalization = "token"
 
     @staticmethod
     def _ce_denominator(targets: torch.Tensor, num_items_in_batch) -> torch.Tensor:
@@ -143,6 +175,24 @@ class TokenLoss:
         if n is None:
             n = float((targets != IGNORE_INDEX).sum())
         return torch.tensor(max(n, 1.0), device=targets.device)
+
+    def _ce_weights(self, targets: torch.Tensor, position_ids) -> tuple[torch.Tensor | None, int]:
+        """Per-position CE weights of ``ce_normalization`` ([B*T] fp32, None for "token") and the
+        number of examples with a trained target in this batch."""
+        if self.ce_normalization == "token":
+            return None, 0
+        flat = targets.reshape(-1)
+        idx = torch.nonzero(flat != IGNORE_INDEX).squeeze(1)
+        w, n = per_example_weights(example_ids(targets, position_ids).reshape(-1)[idx])
+        full = torch.zeros(flat.shape[0], dtype=torch.float32, device=flat.device)
+        full[idx] = w
+        return full, n
+
+    def _ce(self, ce_sum, targets, num_items_in_batch, num_examples_in_step, n_local) -> torch.Tensor:
+        if self.ce_normalization == "token":
+            return ce_sum / self._ce_denominator(targets, num_items_in_batch)
+        n = _as_float(num_examples_in_step)
+        return ce_sum / max(n if n is not None else float(n_local), 1.0)
 
     def extra_repr(self) -> str:
         return ""
@@ -164,9 +214,10 @@ class DigitLoss(TokenLoss):
     """
 
     def __init__(self, vocab: DigitVocab, alpha: float, aux_normalization: str = "step",
-                 float_spans: bool = True) -> None:
+                 float_spans: bool = True, ce_normalization: str = "token") -> None:
         super().__init__(vocab)
         check_aux_normalization(aux_normalization)
+        self.ce_normalization = check_ce_normalization(ce_normalization)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
             raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
         if alpha < 0:
@@ -194,7 +245,9 @@ class DigitLoss(TokenLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False) -> LossOutput:
+                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
+                 num_digit_examples_in_step: int | None = None,
+                 position_ids: torch.Tensor | None = None) -> LossOutput:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
@@ -202,15 +255,21 @@ class DigitLoss(TokenLoss):
         targets = to_targets(labels.to(logits.device), labels_shifted)
         dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
         flat_t = targets.reshape(-1)
+        ce_w, n_ex = self._ce_weights(targets, position_ids)
         ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
-            logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device)
+            logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device), ce_w
         )
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                             num_microbatches_in_step)
+                             num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
+                             position_ids, n_ex)
 
-    def from_hidden(self, hidden, lm_head_weight, labels, lm_head_bias=None, num_items_in_batch=None,
-                    num_digits_in_batch=None, num_microbatches_in_step=None, chunk_size: int = DEFAULT_CHUNK,
-                    logit_transform: LogitTransform | None = None, labels_shifted: bool = False) -> LossOutput:
+    def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
+                    lm_head_bias: torch.Tensor | None = None, num_items_in_batch: int | torch.Tensor | None = None,
+                    num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
+                    chunk_size: int = DEFAULT_CHUNK, logit_transform: LogitTransform | None = None,
+                    labels_shifted: bool = False, num_examples_in_step: int | None = None,
+                    num_digit_examples_in_step: int | None = None,
+                    position_ids: torch.Tensor | None = None) -> LossOutput:
         """The same loss as ``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels,
         ...)``, in value and in gradient (w.r.t. ``hidden``, the weight and the bias), without
         materialising the ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a
@@ -232,37 +291,49 @@ class DigitLoss(TokenLoss):
         flat_t = targets.reshape(-1)
         h2 = hidden.reshape(-1, hidden.shape[-1])
         idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
+        ce_w, n_ex = self._ce_weights(targets, position_ids)
+        ce_w = ce_w[idx] if ce_w is not None else None
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
             none = torch.zeros(0, dtype=torch.long, device=hidden.device)
             ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
-                                                   chunk_size, logit_transform)
-            ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
+                                                   chunk_size, logit_transform, ce_w)
+            ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex)
             return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
         dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
         ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
-                                                self._digit_ids(hidden.device), chunk_size, logit_transform)
+                                                self._digit_ids(hidden.device), chunk_size, logit_transform, ce_w)
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                             num_microbatches_in_step)
+                             num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
+                             position_ids, n_ex)
 
     def _combine(self, ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                 num_microbatches_in_step) -> LossOutput:
-        """CE mean and the normalised numeric term (see ``aux_normalization``) -> LossOutput."""
-        ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
+                 num_microbatches_in_step, num_examples_in_step=None, num_digit_examples_in_step=None,
+                 position_ids=None, n_examples=0) -> LossOutput:
+        """CE mean (see ``ce_normalization``) and the normalised numeric term (see
+        ``aux_normalization``) -> LossOutput."""
+        ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_examples)
 
         denom = max(float(dt.count), 1.0)
+        per_digit = None  # example_mean: 1 / (digit targets of the digit's example)
         if self.aux_normalization == "step" and num_digits_in_batch is not None:
             denom = max(_as_float(num_digits_in_batch), 1.0)
         elif self.aux_normalization == "microbatch_mean":
             denom *= max(int(num_microbatches_in_step or 1), 1)
+        elif self.aux_normalization == "example_mean":
+            per_digit, n_local = per_example_weights(example_ids(targets, position_ids).reshape(-1)[dt.rows])
+            n = _as_float(num_digit_examples_in_step)
+            denom = max(n if n is not None else float(n_local), 1.0)
         if self.alpha > 0:
-            aux = self.alpha * self.digit_term(zd, dt).sum() / denom
+            term = self.digit_term(zd, dt)
+            aux = self.alpha * (term if per_digit is None else term * per_digit).sum() / denom
         else:
             aux = zd.sum() * 0.0  # keeps the graph so backward works with no digits / alpha 0
         stats = _digit_stats(zd.detach(), dt)
         return LossOutput(loss=ce + aux, ce=ce.detach(), aux=aux.detach(), stats=stats)
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, float_spans={self.float_spans}"
+        return (f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, "
+                f"ce_normalization={self.ce_normalization!r}, float_spans={self.float_spans}")
 
 
 def digit_summary(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:

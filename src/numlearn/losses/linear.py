@@ -87,14 +87,15 @@ class _ChunkedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size: int, grad_enabled: bool,
-                transform: LogitTransform = IDENTITY):
+                transform: LogitTransform = IDENTITY, weights: torch.Tensor | None = None):
         cdt = _autocast_dtype(h.device.type)
         with torch.autocast(h.device.type, enabled=False):
             return _ChunkedLinearCE._forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size,
-                                             grad_enabled, transform, cdt)
+                                             grad_enabled, transform, cdt, weights)
 
     @staticmethod
-    def _forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size, grad_enabled, transform, cdt):
+    def _forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size, grad_enabled, transform, cdt,
+                 weights=None):
         w_c = weight if cdt is None else weight.to(cdt)  # the head product in autocast's dtype
         b_c = bias if (cdt is None or bias is None) else bias.to(cdt)
         need_h, need_w, need_b = (n and grad_enabled for n in ctx.needs_input_grad[:3])
@@ -106,6 +107,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         any_grad = gh is not None or gw is not None or gb is not None
         for s in range(0, idx.shape[0], chunk_size):
             i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
+            w_row = None if weights is None else weights[s : s + chunk_size].float()
             h_c = h[i_c]
             z = _chunk_logits(h_c, w_c, b_c)
             deriv = None
@@ -120,12 +122,15 @@ class _ChunkedLinearCE(torch.autograd.Function):
             m = z.max(dim=1, keepdim=True).values
             z.sub_(m).exp_()
             tot = z.sum(dim=1, keepdim=True)
-            total += (m.squeeze(1) + tot.squeeze(1).log() - z_t).sum()
+            ce_rows = m.squeeze(1) + tot.squeeze(1).log() - z_t
+            total += (ce_rows if w_row is None else ce_rows * w_row).sum()
             if not any_grad:
                 del z
                 continue
             z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
             z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
+            if w_row is not None:
+                z.mul_(w_row.unsqueeze(1))  # each row's CE enters the sum with its weight
             if deriv is not None:
                 z.mul_(deriv)  # through the cap (and the scale) back to h @ W.T + b
                 del deriv
@@ -162,7 +167,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
                 gb.index_add_(0, cols, g_zd.sum(0))
             _add_products(g_zd, h[rows], w_c, gh, gw, rows, cols)
         return (gh, gw.to(weight.dtype) if gw is not None else None,
-                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None)
+                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None, None)
 
 
 def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
@@ -183,17 +188,18 @@ def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
 
 
 def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK,
-                               transform: LogitTransform | None = None):
+                               transform: LogitTransform | None = None, weights: torch.Tensor | None = None):
     """(summed CE of ``transform(h[idx] @ W.T + b)`` against ``targets``, fp32 ``[N, 10]`` logits
     ``transform(h[rows] @ W[cols].T + b[cols])``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a
-    target; ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids."""
+    target; ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids; ``weights``: ``[K]``
+    per-row weights of the CE sum (None: 1)."""
     transform = transform or IDENTITY
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"expected h [M, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     ce_sum, zd = _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size),
-                                        torch.is_grad_enabled(), transform)
+                                        torch.is_grad_enabled(), transform, weights)
     return ce_sum, (zd if transform.identity else transform(zd))
 
 

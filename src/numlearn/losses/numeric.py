@@ -23,23 +23,28 @@ class MLELoss(DigitLoss):
 
     name = "mle"
 
-    def __init__(self, vocab: DigitVocab | None, aux_normalization: str = "step") -> None:
-        super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization)
+    def __init__(self, vocab: DigitVocab | None, aux_normalization: str = "step",
+                 ce_normalization: str = "token") -> None:
+        super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization, ce_normalization=ce_normalization)
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False) -> LossOutput:
+                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
+                 num_digit_examples_in_step: int | None = None,
+                 position_ids: torch.Tensor | None = None) -> LossOutput:
         if self.vocab is not None:
             return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step,
-                                    labels_shifted)
+                                    labels_shifted, num_examples_in_step, num_digit_examples_in_step, position_ids)
         targets = to_targets(labels.to(logits.device), labels_shifted)
-        ce_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                                 ignore_index=IGNORE_INDEX, reduction="sum")
-        ce = ce_sum / self._ce_denominator(targets, num_items_in_batch)
+        ce_tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                                 ignore_index=IGNORE_INDEX, reduction="none")
+        ce_w, n_ex = self._ce_weights(targets, position_ids)
+        ce_sum = (ce_tok if ce_w is None else ce_tok * ce_w).sum()
+        ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex)
         return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
 
     def extra_repr(self) -> str:
-        return ""
+        return f"ce_normalization={self.ce_normalization!r}"
 
 
 class NTLLoss(DigitLoss):
@@ -55,8 +60,8 @@ class NTLLoss(DigitLoss):
     name = "ntl"
 
     def __init__(self, vocab: DigitVocab, alpha: float, variant: str = "was",
-                 aux_normalization: str = "step") -> None:
-        super().__init__(vocab, alpha, aux_normalization, float_spans=False)
+                 aux_normalization: str = "step", ce_normalization: str = "token") -> None:
+        super().__init__(vocab, alpha, aux_normalization, float_spans=False, ce_normalization=ce_normalization)
         if variant not in ("was", "mse"):
             raise ValueError(f"NTL variant={variant!r}; choose 'was' or 'mse'")
         self.variant = variant
@@ -89,8 +94,9 @@ class Dist2Loss(DigitLoss):
     name = "dist2"
 
     def __init__(self, vocab: DigitVocab, alpha: float, tau: float = 1.0, beta: float | None = None,
-                 place_weights: str = "official", aux_normalization: str = "step") -> None:
-        super().__init__(vocab, alpha, aux_normalization, float_spans=False)
+                 place_weights: str = "official", aux_normalization: str = "step",
+                 ce_normalization: str = "token") -> None:
+        super().__init__(vocab, alpha, aux_normalization, float_spans=False, ce_normalization=ce_normalization)
         if tau <= 0:
             raise ValueError(f"DIST2 tau must be > 0, got {tau}")
         if beta is not None and not 0.0 < beta < 1.0:
@@ -143,8 +149,9 @@ class DELLoss(DigitLoss):
 
     def __init__(self, vocab: DigitVocab, alpha: float, form: str = "code",
                  place_weights: str = "official", float_spans: bool = True,
-                 aux_normalization: str = "step") -> None:
-        super().__init__(vocab, alpha, aux_normalization, float_spans=float_spans)
+                 aux_normalization: str = "step", ce_normalization: str = "token") -> None:
+        super().__init__(vocab, alpha, aux_normalization, float_spans=float_spans,
+                         ce_normalization=ce_normalization)
         if form not in ("code", "paper"):
             raise ValueError(f"DEL form={form!r}; choose 'code' or 'paper'")
         if place_weights not in PLACE_WEIGHTS:

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .base import TokenLoss, check_aux_normalization
+from .base import TokenLoss, check_aux_normalization, check_ce_normalization
 from .digits import digit_token_ids
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .token_level import EMOLoss, MixCELoss
@@ -25,7 +25,7 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
     """Build the loss ``name`` for ``tokenizer`` (or a ``DigitVocab`` holding the digit ids).
 
     ``options`` are the loss's keyword arguments (alpha, form, place_weights, float_spans,
-    aux_normalization, tau, beta, variant, eta). ``model`` is used only by ``emo`` (its output
+    aux_normalization, ce_normalization, tau, beta, variant, eta). ``model`` is used only by ``emo`` (its output
     embedding); without it the EMO loss is built unbound -- every option checked -- and
     ``loss.bind_model(model)`` must be called before the first step. Unknown names, unknown
     options and missing weights raise ValueError listing what is valid.
@@ -46,6 +46,14 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
     if "aux_normalization" not in valid and "aux_normalization" in options:
         # presets set the normalisation for whichever loss is chosen; it means nothing here
         check_aux_normalization(options.pop("aux_normalization"))
+    if "ce_normalization" in options and options["ce_normalization"] is None:
+        options.pop("ce_normalization")  # configs: null = the loss's default ("token")
+    if "ce_normalization" not in valid and "ce_normalization" in options:
+        value = check_ce_normalization(options.pop("ce_normalization"))
+        if value != "token":
+            raise ValueError(f"loss {key!r} normalises its own token loss: ce_normalization={value!r} is available "
+                             "for mle, ntl, dist2 and del only (set loss.ce_normalization=token to run it on the "
+                             "step's token mean)")
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(f"loss {key!r} got unknown option(s) {unknown}; valid options: {valid}")

@@ -153,3 +153,46 @@ def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted:
 def count_targets(labels: torch.Tensor, labels_shifted: bool = False) -> int:
     """Number of trained positions (targets != -100) in ``[B, T]`` labels: CE's denominator."""
     return int((to_targets(labels, labels_shifted) != IGNORE_INDEX).sum())
+
+
+def example_ids(targets: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, T]`` id of the example (sequence) each target position belongs to.
+
+    Without ``position_ids`` every row is one example: the id is the row. With them (packed or
+    padding-free rows, ``position_ids`` restarting at 0 at each sequence's first token) the id is
+    the row's k-th sequence, so an example is a sequence, not a packed row. The target at position
+    t is token t+1's label, so it belongs to token t+1's sequence. Ids are unique within the batch
+    (not consecutive)."""
+    B, T = targets.shape
+    row = torch.arange(B, device=targets.device).unsqueeze(1).expand(B, T)
+    if position_ids is None:
+        return row
+    if position_ids.shape != targets.shape:
+        raise ValueError(f"position_ids {tuple(position_ids.shape)} must match labels {tuple(targets.shape)}")
+    seq = (position_ids.to(targets.device) == 0).long().cumsum(1)
+    seq = F.pad(seq[:, 1:], (0, 1), mode="replicate") if seq.shape[1] > 1 else seq  # token t+1's sequence
+    return row * (T + 1) + seq
+
+
+def count_examples(labels: torch.Tensor, vocab: DigitVocab | None = None, labels_shifted: bool = False,
+                   position_ids: torch.Tensor | None = None) -> tuple[int, int]:
+    """(examples with a trained target, examples with a digit target) in ``[B, T]`` labels: the
+    step's sums are the normalisers of ``ce_normalization="example_mean"`` and
+    ``aux_normalization="example_mean"`` (``numlearn.losses.step_counts`` computes them)."""
+    targets = to_targets(labels, labels_shifted)
+    ex = example_ids(targets, position_ids)
+    n_tok = int(torch.unique(ex[targets != IGNORE_INDEX]).numel())
+    if vocab is None:
+        return n_tok, 0
+    is_digit, _ = digit_values(targets, vocab)
+    return n_tok, int(torch.unique(ex[is_digit]).numel())
+
+
+def per_example_weights(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``[K]`` example ids of K positions -> (``[K]`` fp32 weight 1 / (positions of its example),
+    number of distinct examples): summing ``weight * value`` gives the sum of per-example means."""
+    if keys.numel() == 0:
+        return torch.zeros(0, dtype=torch.float32, device=keys.device), 0
+    uniq, inv = torch.unique(keys, return_inverse=True)
+    n = torch.bincount(inv, minlength=uniq.numel()).float()
+    return (1.0 / n)[inv], int(uniq.numel())

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .spans import count_digit_targets, count_targets
+from .spans import count_digit_targets, count_examples, count_targets
 
 if TYPE_CHECKING:
     from .base import TokenLoss
@@ -32,15 +32,23 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class StepCounts:
     """Counts of one optimizer step, over all its micro-batches and processes; pass ``as_kwargs()``
-    to every micro-batch's loss call."""
+    to every micro-batch's loss call (with the micro-batch's ``position_ids`` for packed rows).
+
+    num_items_in_batch: trained tokens; num_digits_in_batch: digit targets; num_microbatches_in_step:
+    GA x processes; num_examples_in_step / num_digit_examples_in_step: examples (sequences) with a
+    trained target / with a digit target (the ``example_mean`` normalisations)."""
 
     num_items_in_batch: int
     num_digits_in_batch: int
     num_microbatches_in_step: int
+    num_examples_in_step: int = 0
+    num_digit_examples_in_step: int = 0
 
     def as_kwargs(self) -> dict[str, int]:
         return {"num_items_in_batch": self.num_items_in_batch, "num_digits_in_batch": self.num_digits_in_batch,
-                "num_microbatches_in_step": self.num_microbatches_in_step}
+                "num_microbatches_in_step": self.num_microbatches_in_step,
+                "num_examples_in_step": self.num_examples_in_step,
+                "num_digit_examples_in_step": self.num_digit_examples_in_step}
 
 
 def _labels_of(batch, labels_shifted: bool) -> tuple[torch.Tensor, bool]:
@@ -64,7 +72,8 @@ def step_counts(micro_batches: Iterable, loss_fn: TokenLoss | None = None, *, vo
     """Trained tokens and digit targets of one optimizer step.
 
     micro_batches: this process's micro-batches of the step (label tensors ``[B, T]``, or dicts with
-        ``"labels"``, or ``"shift_labels"``); unshifted labels unless ``labels_shifted``.
+        ``"labels"``, or ``"shift_labels"``, and ``"position_ids"`` for packed rows); unshifted labels
+        unless ``labels_shifted``.
     loss_fn: a numlearn loss (its digit vocabulary is used); or pass ``vocab`` (a ``DigitVocab``).
     all_reduce: ``fn(tensor) -> tensor`` summing over processes (e.g. ``accelerator.reduce(t,
         "sum")``); None -> ``torch.distributed.all_reduce`` when a process group is initialised,
@@ -72,19 +81,23 @@ def step_counts(micro_batches: Iterable, loss_fn: TokenLoss | None = None, *, vo
     """
     if vocab is None and loss_fn is not None:
         vocab = getattr(loss_fn, "vocab", None)
+    micro_batches = list(micro_batches)
     batches = [_labels_of(b, labels_shifted) for b in micro_batches]
     if not batches:
         raise ValueError("step_counts: the step has no micro-batch")
+    positions = [b.get("position_ids") if isinstance(b, Mapping) else None for b in micro_batches]
     tokens = sum(count_targets(b, shifted) for b, shifted in batches)
     digits = sum(count_digit_targets(b, vocab, shifted) for b, shifted in batches) if vocab is not None else 0
-    t = torch.tensor([tokens, digits, len(batches)], dtype=torch.long, device=batches[0][0].device)
+    examples = [count_examples(b, vocab, shifted, pos) for (b, shifted), pos in zip(batches, positions)]
+    t = torch.tensor([tokens, digits, len(batches), sum(e[0] for e in examples), sum(e[1] for e in examples)],
+                     dtype=torch.long, device=batches[0][0].device)
     dist = torch.distributed
     if all_reduce is not None:
         t = all_reduce(t)
     elif dist.is_available() and dist.is_initialized():
         dist.all_reduce(t)
-    tokens, digits, micro = (int(x) for x in t.tolist())  # micro: GA x processes
-    return StepCounts(tokens, digits, micro)
+    tokens, digits, micro, examples, digit_examples = (int(x) for x in t.tolist())  # micro: GA x processes
+    return StepCounts(tokens, digits, micro, examples, digit_examples)
 
 
 def backward_scale(accelerator: Any = None, *, grad_accum: int = 1, world_size: int = 1) -> float:

@@ -74,7 +74,9 @@ class MixCELoss(_FullSoftmaxLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False) -> LossOutput:
+                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
+                 num_digit_examples_in_step: int | None = None,
+                 position_ids: torch.Tensor | None = None) -> LossOutput:
         targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
@@ -127,7 +129,9 @@ class EMOLoss(_FullSoftmaxLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False) -> LossOutput:
+                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
+                 num_digit_examples_in_step: int | None = None,
+                 position_ids: torch.Tensor | None = None) -> LossOutput:
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")

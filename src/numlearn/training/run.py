@@ -169,6 +169,10 @@ def check_run_options(cfg) -> None:
     sampling = cfg.train.get("sampling") or "random"
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
+    if sampling == "group_by_length" and template_draw(cfg) == "rank" and cfg.data.get("template") == "official":
+        raise ValueError("train.sampling=group_by_length with data.template_draw=rank: each rank's lengths come from "
+                         "its own template, so the ranks would group (and shard) the examples differently; use "
+                         "train.sampling=random or data.template_draw=run")
     packing = cfg.train.get("packing")
     if packing not in (None, False, True) and not (isinstance(packing, int) and packing >= 1):
         raise ValueError(f"train.packing={packing!r}: false, true (rows of 2x the longest example) or the row "
@@ -176,6 +180,33 @@ def check_run_options(cfg) -> None:
     if packing and cfg.train.get("attention_mask", True):
         raise ValueError("train.packing needs train.attention_mask=false: packed examples are kept apart through "
                          "restarting position_ids, which transformers reads only when no attention mask is passed")
+
+
+def template_draw(cfg) -> str:
+    from numlearn.data.prompts import TEMPLATE_DRAWS
+
+    draw = cfg.data.get("template_draw") or "run"
+    if draw not in TEMPLATE_DRAWS:
+        raise ValueError(f"data.template_draw={draw!r}; choose one of {TEMPLATE_DRAWS}")
+    return draw
+
+
+def template_rank(cfg, rank: int | None = None) -> int | None:
+    """The rank a process's template draw is seeded with: its global rank under
+    ``data.template_draw=rank``, None (one draw for the run) otherwise."""
+    if template_draw(cfg) != "rank":
+        return None
+    return int(os.environ.get("RANK", "0")) if rank is None else rank
+
+
+def rank_templates(cfg, world_size: int) -> list[dict]:
+    """Every rank's template (``run.json``'s ``templates``): the draws are deterministic, so rank
+    0 records them all."""
+    from numlearn.data.prompts import training_template
+
+    mode = cfg.data.get("template", "alpaca")
+    return [{"rank": r, "official_index": training_template(mode, int(cfg.seed), template_rank(cfg, r)).index}
+            for r in range(max(int(world_size), 1))]
 
 
 def plan_run(cfg) -> RunPlan:
@@ -195,7 +226,7 @@ def plan_run(cfg) -> RunPlan:
         return recs
 
     records = functools.cache(load)  # loaded once, on first use (a dry run with a hub tokenizer never does)
-    template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed))
+    template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed), template_rank(cfg))
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
                                 cache_dir, _abs(cfg.paths.root_dir))
     loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
@@ -211,13 +242,16 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "loss_repr": repr(plan.loss_fn),
         "harness": cfg.get("harness_name", "numlearn"),
         "aux_normalization": getattr(plan.loss_fn, "aux_normalization", None),
+        "ce_normalization": getattr(plan.loss_fn, "ce_normalization", None),
         "aux_effective_weight": plan.effective_weight,
-        "aux_effective_weight_note": "weight of the numeric term relative to the step's digit-target mean: "
-                                     "alpha for aux_normalization=step or microbatch_mean, alpha x grad_accum x "
+        "aux_effective_weight_note": "weight of the numeric term relative to the step's digit-target mean (step) "
+                                     "or mean of per-example digit means (example_mean): alpha for "
+                                     "aux_normalization=step, example_mean or microbatch_mean, alpha x grad_accum x "
                                      "world_size for microbatch_sum (train-qwen-deepseek.py)",
         **official_weight_check(cfg, plan),
         "grad_accum": plan.grad_accum, "world_size": plan.world_size, "launch": launch_info(),
         "template": plan.template.describe(),
+        "template_draw": template_draw(cfg), "templates": rank_templates(cfg, plan.world_size),
         "boundary": cfg.data.get("boundary", "split"),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
         "fsdp": bool(cfg.train.get("fsdp")),
@@ -295,12 +329,19 @@ def train(cfg: DictConfig) -> Path:
         print(f"[numlearn.train] force=true: previous checkpoints and records removed from {run_dir}", flush=True)
     if cfg.get("dry_run", False):
         meta = run_metadata(cfg, plan, "dry_run")
+        paper_ws = int((cfg.get("paper_row") or {}).get("world_size") or 0)
+        if paper_ws > plan.world_size:  # what the preset's own layout would draw
+            meta["templates_at_paper_layout"] = rank_templates(cfg, paper_ws)
         if not main:
             return run_dir
         write_json(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else "run.json"), meta)
         print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
               f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
               f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"
+              f" (draw per {meta['template_draw']}"
+              + (f"; ranks of the preset's layout: {[t['official_index'] for t in meta['templates_at_paper_layout']]}"
+                 if "templates_at_paper_layout" in meta else "")
+              + f"); aux {meta['aux_normalization']}, ce {meta['ce_normalization']}"
               f"; boundary {meta['boundary']} -> {run_dir}", flush=True)
         return run_dir
     if tcfg_threads := cfg.train.get("torch_threads"):
