@@ -207,6 +207,9 @@ bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak m
 	$(PY) experiments/bench_losses.py
 	$(PY) experiments/bench_linear_loss.py
 
+bench-trl: setup ## TRL SFTTrainer: compute_loss_func=LossBridge vs NumlearnSFTTrainer (logits, fused head), ms/step ratios
+	$(PY) experiments/bench_trl.py
+
 eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven benchmarks (hf backend, CPU)
 	$(PY) -m numlearn.assets smollm2-135m --out data_cache/smollm2-eval
 	$(PY) -m numlearn.evaluate experiment=eval_smoke_smollm2
@@ -221,4 +224,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses eval-smoke train-smollm2 data clean
+.PHONY: _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
