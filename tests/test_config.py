@@ -211,6 +211,8 @@ def test_dry_run_records_the_official_effective_weight_on_any_world_size(preset,
         # issue 25: what the authors' harness weights equally (each example), and their per-rank templates
         official_ce = "example_mean" if "codellama" in preset or "mistral" in preset else "token"
         assert (meta["aux_normalization"], meta["ce_normalization"]) == ("example_mean", official_ce)
+        assert meta["vocab_setup"] == "official"  # the scripts' added tokens and resize
+        assert meta["tokenizer_len"] == {"qwen": 151_665, "deep": 102_401}.get(preset[7:11], 32_001)
         assert meta["template_draw"] == "rank" and [t["rank"] for t in meta["templates"]] == list(range(world))
         from numlearn.data.prompts import training_template
 
@@ -302,3 +304,17 @@ def test_an_unknown_model_offline_is_one_line(data_dir):
     r = _run(["numlearn.evaluate", "eval=paper", "model_path=nosuchmodel", "eval.limit=1"], env=env)
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert r.returncode != 0 and len(lines) == 1 and "'nosuchmodel'" in lines[0] and "offline" in lines[0]
+
+
+def test_a_paper_preset_dry_run_offline_names_the_offline_twin(tmp_path):
+    """No hub: one line that names the preset's local tokenizer (model.assets_tokenizer), not a
+    Hugging Face traceback."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NUMLEARN_OUTPUT_DIR": str(tmp_path),
+           "HF_HOME": str(tmp_path / "hf")}  # an empty hub cache
+    r = _run(["numlearn.train", "experiment=table1_qwen2.5-1.5b", "loss=del", "dry_run=true"], env=env)
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert r.returncode != 0 and len(lines) == 1, r.stderr[-1500:]
+    assert "'Qwen/Qwen2.5-1.5B'" in lines[0] and "model.tokenizer=" in lines[0] and "tokenizers/qwen2.5" in lines[0]
+    assert not list(tmp_path.rglob("run.json"))

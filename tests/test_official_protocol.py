@@ -11,7 +11,8 @@ import pytest
 
 from numlearn.evaluation import extract_answer, is_correct
 from numlearn.evaluation.benchmarks import Problem
-from numlearn.evaluation.official import delete_extra_zero, strip_string, truth, wrap_program
+from numlearn.evaluation.official import (delete_extra_zero, executor_preload, executor_run_kwargs, strip_string,
+                                         truth, wrap_program)
 from numlearn.evaluation.runner import evaluate_problems, read_jsonl, rescore
 from numlearn.evaluation.sandbox import run_program
 from test_evaluation import SAMPLING, ScriptedBackend
@@ -101,6 +102,84 @@ def test_programs_run_as_the_official_executor_runs_them():
     assert run_program(wrap_program("x = 3\nprint(x * 2)")).stdout.strip() == "6"
 
 
+def _official(code: str, **kw):
+    return run_program(wrap_program(code), **(executor_run_kwargs(code) | kw))
+
+
+# program -> the official answer (None: no result, "" after "The answer is"), each read off
+# code_utils.CodeExecutor.execute_code (exec under redirect_stdout(StringIO()), ``except Exception:
+# pass``, in a multiprocessing child whose parent imported numpy/sympy) -- and the strict answer.
+EXECUTOR_CASES = {
+    # prints, then exit(): SystemExit is not an Exception, it escapes, the child ends without a
+    # result -> "" (then the CoT backup); strict keeps the printed answer
+    "print(42)\nexit()": (None, "42"),
+    "import sys\nprint(42)\nsys.exit(0)": (None, "42"),
+    "print(42)\nraise KeyboardInterrupt": (None, None),
+    # an Exception after the print: the captured stdout is dropped (return_val is never set)
+    "print(5)\nraise ValueError('no')": (None, None),
+    # names of code_utils' module globals, used without an import
+    "t = threading.Thread(target=lambda: None)\nt.start()\nt.join()\nprint(7)": ("7", None),
+    "buf = StringIO()\nbuf.write('8')\nprint(buf.getvalue())": ("8", None),
+    "print(__name__)": ("code_utils", "__main__"),
+    # more than the strict 64 KB of output: StringIO has no limit; the answer is the whole text
+    "print('1' * 100000)\nprint(9)": ("1" * 100000 + "\n9", None),
+    # output around redirect_stdout goes to the parent's console, not into the answer
+    "import sys\nprint(3, file=sys.__stdout__)\nprint(4)": ("4", "3\n4"),
+    # only leading/trailing newlines are stripped (then answer_clean strips the rest)
+    "print()\nprint(' 6 ')\nprint()": (" 6 ", "\n 6 "),
+}
+
+
+@pytest.mark.parametrize("code", sorted(EXECUTOR_CASES))
+def test_official_executor_verdicts(code):
+    official, strict = EXECUTOR_CASES[code]
+    r = _official(code)
+    assert (r.stdout if r.ok else None) == official, r.error
+    s = run_program(code)
+    assert (s.stdout.rstrip("\n") if s.ok else None) == strict, s.error
+
+
+def test_official_executor_memory_beyond_the_strict_cap():
+    """1.5 GB (numpy, preloaded as in the official parent): answered under the official bound (the
+    executor has none; ours is a 4 GB safety cap), a counted memory stop under strict's 1 GB."""
+    code = "import numpy as np\na = np.zeros(1500 * 2**20 // 8)\nprint(a.nbytes // 2**20)"
+    r = _official(code)
+    assert r.ok and r.stdout == "1500"
+    s = run_program("b = bytearray(1500 * 2**20)\nprint(len(b))", memory_mb=1024)  # (strict cannot import numpy)
+    assert not s.ok and s.memory_limited
+    capped = _official(code, memory_mb=1024)  # at our cap: MemoryError -> counted, not a program error
+    assert not capped.ok and capped.memory_limited and capped.returncode == 98
+
+
+def test_official_clock_starts_after_the_executors_imports():
+    """The official 5 s join starts after the fork, the parent's imports (torch, numpy, sympy) done: a
+    program that computes for 1.0 s of a 1.5 s budget passes, however long our interpreter takes to
+    start and import torch (about 0.8 s here); with the clock started early it times out."""
+    code = "import torch, time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.0:\n    pass\nprint(torch.tensor(2) + 1)"
+    assert executor_preload(code)[-1] == "torch"
+    assert "sympy" in executor_preload("import sympy") and "numpy" in executor_preload("import sympy")
+    assert not {"sympy", "numpy", "torch"} & set(executor_preload("print(1)"))
+    r = _official(code, timeout_s=1.5)
+    assert r.ok and r.stdout == "tensor(3)", r.error
+    assert r.startup_seconds > 0.5 and r.seconds >= 1.0 + r.startup_seconds
+    early = run_program(wrap_program(code), timeout_s=1.5, preload=executor_preload(code),
+                        clock_after_preload=True, startup_timeout_s=1e-3, memory_mb=4096)
+    assert early.timed_out  # the same program, its clock started before the imports
+
+
+def test_exit_after_print_takes_the_cot_backup_under_official(tmp_path):
+    out = tmp_path / "g.jsonl"
+
+    def backend(prompt):
+        return "print(8)\nexit()" if "program" in prompt else "The answer is 8."
+    evaluate_problems([Problem("0", "What is 4 + 4?", "8", "8")], ScriptedBackend(backend), "svamp", "paper",
+                      SAMPLING, out, protocol="official")
+    (r,), _ = read_jsonl(out)
+    assert (r["pred"], r["mode"]) == ("8", "cot_backup")
+    (s,) = rescore([r], "svamp", "strict")
+    assert (s["pred"], s["mode"]) == ("8", "pot")
+
+
 def _problems():
     return [Problem("0", "What is 2 + 3?", "5", "5"), Problem("1", "What is 4 + 4?", "8", "8"),
             Problem("2", "What is 1 + 1?", "2", "2")]
@@ -146,3 +225,60 @@ def test_multiple_choice_executes_programs_under_official(tmp_path):
     assert (r["pred"], r["correct"]) == ("B", True)  # run_choice.py executes any "print("
     (s,) = rescore([r], "sat", "strict")
     assert (s["pred"], s["correct"]) == ("", False)  # strict reads the text: no standalone letter
+
+
+def test_per_digit_accuracy_official_denominator_vs_ours():
+    """run_open.py counts a problem's digits only when the answer and the truth both pass float();
+    ours counts every problem whose truth parses (an unparsable answer is wrong in every slot)."""
+    from numlearn.evaluation.metrics import compute_metrics
+    from numlearn.evaluation.official import digit_accuracy
+
+    recs = [{"id": "0", "gt": "125", "pred": "135", "correct": False, "mode": "cot"},  # tens wrong
+            {"id": "1", "gt": "7", "pred": "seven", "correct": False, "mode": "cot"},  # not a number
+            {"id": "2", "gt": "2.5", "pred": "2.5", "correct": True, "mode": "cot"},
+            {"id": "3", "gt": "40", "pred": "1e5", "correct": False, "mode": "cot"},  # float() yes, pattern no
+            {"id": "4", "gt": "9", "pred": "", "correct": False, "mode": "cot"}]
+    off = digit_accuracy(recs)
+    assert off["n_problems"] == 3  # 0, 2, 3
+    assert off["digit_count_int"] == {"0": 3, "1": 2, "2": 1}
+    assert off["digit_acc_int"] == {"0": 2 / 3, "1": 0.0, "2": 1.0}
+    assert off["digit_acc_frac"] == {"1": 1.0}
+    ours = compute_metrics([r | {"protocol": "strict"} for r in recs], "number")
+    assert ours["n_digit_problems"] == 5 and ours["digit_count_int"]["0"] == 5
+    assert ours["digit_acc_int"]["0"] == 2 / 5 and "digit_acc_official" not in ours
+    both = compute_metrics([r | {"protocol": "official"} for r in recs], "number")
+    assert both["digit_acc_official"] == off and both["digit_acc_int"] == ours["digit_acc_int"]
+
+
+def test_program_stops_are_counted():
+    from numlearn.evaluation.metrics import compute_metrics
+
+    recs = [{"id": str(i), "gt": "1", "pred": "", "correct": False, "mode": "pot", "program_ok": False,
+             "program_stop": stop} for i, stop in enumerate(["memory", "output", "timeout", None, "memory"])]
+    m = compute_metrics(recs, "number")
+    assert (m["n_program_memory_capped"], m["n_program_output_capped"], m["n_program_timed_out"]) == (2, 1, 1)
+    assert m["n_program_failed"] == 5
+
+
+def test_official_resume_regenerates_program_runs_of_an_earlier_executor(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "g.jsonl"
+    probs = [Problem("0", "What is 4 + 4?", "8", "8"), Problem("1", "What is 1 + 1?", "2", "2")]
+    progs = {"4 + 4": "print(8)\nexit()", "1 + 1": "The answer is 2."}
+    be = ScriptedBackend(lambda p: next(v for k, v in progs.items() if k in p) if "program" in p
+                         else "The answer is 8.")
+    evaluate_problems(probs, be, "svamp", "pot", SAMPLING, out, protocol="official")
+    recs, _ = read_jsonl(out)
+    for r in recs:  # as an earlier numlearn wrote them: no executor mark, exit() kept the print
+        for a in r["attempts"]:
+            if a["program"]:
+                a["program"]["official"] = {"output": "8\n", "ok": True, "error": None}
+    out.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    calls = len(be.prompts)
+    info = evaluate_problems(probs, be, "svamp", "pot", SAMPLING, out, protocol="strict")
+    assert info["n_stale_lines"] == 0 and len(be.prompts) == calls  # strict never reads the official runs
+    info = evaluate_problems(probs, be, "svamp", "pot", SAMPLING, out, protocol="official")
+    assert info["n_stale_lines"] == 1 and info["n_resumed"] == 1 and len(be.prompts) == calls + 1
+    assert "earlier emulation of the official executor" in capsys.readouterr().err
+    assert [r["pred"] for r in sorted(read_jsonl(out)[0], key=lambda r: r["id"])] == ["", "2"]

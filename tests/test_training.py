@@ -303,3 +303,51 @@ def test_logged_ce_and_numeric_term_are_the_steps_with_accumulation(tmp_path):
     for m in logs:
         assert m["loss"] == pytest.approx(m["loss/ce"] + m["loss/aux"], rel=1e-3)
         assert m["train/step_digits"] > 0
+
+
+# Qwen2.5: "<s>" and "<unk>" are already ordinary tokens of its BPE vocabulary (ids 128245, 128244),
+# so adding them as bos / unk adds no row -- checked with the official script's own transformers
+# 4.57.1 and its slow Qwen2Tokenizer (add_special_tokens returned 0, len 151,665). The official
+# embedding therefore has 151,665 rows, the checkpoint's 271 padding rows dropped; not 151,667, as
+# issue 25 counted. The code decides.
+@pytest.mark.parametrize("twin,base,added,n_new,rows", [
+    ("qwen2.5", 151_665, {"bos_token": "<s>", "unk_token": "<unk>"}, 0, 151_936),  # a checkpoint with padded rows
+    ("llama2-spm", 32_000, {"pad_token": "[PAD]"}, 1, 32_000),
+])
+def test_vocab_setup_official_is_the_del_scripts_resize(shared_tokenizers, tmp_path, twin, base, added, n_new, rows):
+    """model.vocab_setup=official: the tokens smart_tokenizer_and_embedding_resize adds (pad / eos /
+    bos / unk the tokenizer lacks), embeddings resized to len(tokenizer) (Qwen2.5's padding rows
+    dropped), each new row the mean of the rows before it; the default keeps the checkpoint's rows
+    and pads with eos."""
+    from omegaconf import OmegaConf
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from numlearn.training.model import build_model, build_tokenizer
+
+    ckpt = tmp_path / "ckpt"
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        "qwen2", vocab_size=rows, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=False)).save_pretrained(ckpt)
+    orig = AutoModelForCausalLM.from_pretrained(ckpt)
+
+    def build(vocab_setup):
+        cfg = OmegaConf.create({"source": "pretrained", "name_or_path": str(ckpt), "dtype": "float32",
+                                "tokenizer": str(shared_tokenizers / twin), "vocab_setup": vocab_setup})
+        tok = build_tokenizer(cfg, lambda: [], tmp_path / "cache", tmp_path)
+        return tok, build_model(cfg, tok, tmp_path / "cache")
+
+    tok, model = build("official")
+    assert len(tok) == base + n_new and {k: getattr(tok, k) for k in added} == added
+    if twin == "qwen2.5":
+        assert (tok.bos_token_id, tok.unk_token_id) == (128245, 128244)
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    assert emb.shape[0] == head.shape[0] == base + n_new
+    for new, old in ((emb, orig.get_input_embeddings().weight), (head, orig.get_output_embeddings().weight)):
+        assert torch.equal(new[:base], old[:base])
+        assert torch.allclose(new[base:], old[:base].mean(0, keepdim=True).expand(n_new, -1))
+    tok, model = build(None)
+    assert len(tok) == base and model.get_input_embeddings().weight.shape[0] == max(rows, base)
+    assert tok.pad_token_id == tok.eos_token_id if "pad_token" in added else tok.pad_token_id is not None
+    with pytest.raises(ValueError, match="vocab_setup"):
+        build("authors")

@@ -32,7 +32,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig
     from numlearn.evaluation.benchmarks import load_benchmark
     from numlearn.evaluation.extract import check_protocol
-    from numlearn.evaluation.metrics import compute_metrics, per_problem_scores
+    from numlearn.evaluation.metrics import METRIC_NOTES, compute_metrics, per_problem_scores
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
     from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
     from numlearn.evaluation.spec import BenchmarkSpec
@@ -110,6 +110,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
             metrics = compute_metrics(recs, spec.answer)
             result = {
                 "benchmark": info, "mode": mode, "protocol": protocol, "metrics": metrics, "n": metrics["n"],
+                "metric_notes": METRIC_NOTES,
                 "run": run_meta, "model_path": model_path, **per_problem_scores(recs, metrics),
                 "backend": backend.describe(),
                 "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": sandbox_info,

@@ -6,7 +6,10 @@
   as numbers (the paper's exact definition is not available; this is our documented choice);
 * per-digit-position accuracy: integer digits indexed from the units place (0), fractional
   digits from the first decimal (1); a slot is right when the prediction has the same digit
-  there; denominators are the problems whose truth has that slot;
+  there; denominators are the problems whose truth has that slot (``n_digit_problems``: those
+  whose truth parses; an empty or unparsable prediction gets every slot wrong). Under the
+  official protocol ``digit_acc_official`` adds run_open.py's own figure, whose denominator is
+  only the problems where the answer parses too (``official.digit_accuracy``);
 * counts: empty predictions, unparsable numeric predictions, PoT program failures, CoT backups.
 """
 
@@ -17,6 +20,17 @@ from collections import Counter
 from decimal import Decimal, InvalidOperation
 
 SLOG_EPS = 1e-8
+# What each result.json records about its numeric metrics (the paper's eval prints no distance).
+METRIC_NOTES = {
+    "numerical_distance": "numlearn's definition: mean |slog(pred) - slog(truth)|, slog(x) = sign(x) ln(|x| + 1e-8), "
+                          "over problems where both parse (n_numeric); the official eval prints no distance",
+    "digit_acc_int": "numlearn's definition: slot k (units = 0) over problems whose truth has it (n_digit_problems: "
+                     "truth parses; an unparsable or empty prediction is wrong in every slot)",
+    "digit_acc_official": "protocol official only: run_open.py's per-digit accuracy, over the problems where the "
+                          "answer and the truth both pass float() (its n_problems)",
+    "n_program_memory_capped": "programs stopped by our sandbox's memory cap (the official executor has none)",
+    "n_program_output_capped": "programs whose output passed our cap (the official executor keeps all of it)",
+}
 MAX_POSITIONS = 8
 
 
@@ -63,11 +77,12 @@ def numeric_metrics(records: list[dict]) -> dict:
     dists = []
     int_hit, int_tot = Counter(), Counter()
     frac_hit, frac_tot = Counter(), Counter()
-    n_unparsable = 0
+    n_unparsable = n_truth = 0
     for r in records:
         t = _as_decimal(r["gt"])
         if t is None:
             continue
+        n_truth += 1
         p = _as_decimal(r["pred"]) if r["pred"] != "" else None
         if p is None:
             n_unparsable += r["pred"] != ""
@@ -84,6 +99,7 @@ def numeric_metrics(records: list[dict]) -> dict:
     return {
         "numerical_distance": sum(dists) / len(dists) if dists else None,
         "n_numeric": len(dists),
+        "n_digit_problems": n_truth,
         "n_unparsable": n_unparsable,
         "digit_acc_int": {str(k): int_hit[k] / int_tot[k] for k in sorted(int_tot)},
         "digit_acc_frac": {str(k): frac_hit[k] / frac_tot[k] for k in sorted(frac_tot)},
@@ -102,9 +118,18 @@ def compute_metrics(records: list[dict], kind: str) -> dict:
         "n_empty_pred": sum(r["pred"] == "" for r in records),
         "modes": dict(Counter(r["mode"] for r in records)),
         "n_program_failed": sum(r.get("program_ok") is False for r in records),
+        # programs a bound of our sandbox stopped (memory cap, output cap, time): under the official
+        # protocol the first two are bounds the authors' executor did not have
+        "n_program_memory_capped": sum(r.get("program_stop") == "memory" for r in records),
+        "n_program_output_capped": sum(r.get("program_stop") == "output" for r in records),
+        "n_program_timed_out": sum(r.get("program_stop") == "timeout" for r in records),
     }
     if kind in ("number", "open_number"):  # open_number: result files written before the spec
         out.update(numeric_metrics(records))
+        if records and all(r.get("protocol") == "official" for r in records):
+            from .official import digit_accuracy
+
+            out["digit_acc_official"] = digit_accuracy(records)
     if any("correct_symbolic" in r for r in records):
         sym = [r["correct_symbolic"] for r in records if r.get("correct_symbolic") is not None]
         out["accuracy_symbolic"] = sum(sym) / len(sym) if sym else None

@@ -74,9 +74,17 @@ def _program_of(completion: str) -> str | None:
     return completion.split("### Instruction")[0]
 
 
-def _run(code: str, timeout_s: float, allow_unsafe: bool) -> dict:
-    r = run_program(code, timeout_s=timeout_s, allow_unsafe=allow_unsafe)
-    return {"output": r.stdout, "ok": r.ok, "error": r.error or None}
+def _run(code: str, timeout_s: float, allow_unsafe: bool, settings: dict | None = None) -> dict:
+    r = run_program(code, timeout_s=timeout_s, allow_unsafe=allow_unsafe, **(settings or {}))
+    out = {"output": r.stdout, "ok": r.ok, "error": r.error or None}
+    # what stopped it, when a bound of ours did (the official executor has neither bound)
+    if r.memory_limited:
+        out["stop"] = "memory"
+    elif r.output_truncated:
+        out["stop"] = "output"
+    elif r.timed_out:
+        out["stop"] = "timeout"
+    return out
 
 
 class ProgramExecutor:
@@ -98,15 +106,17 @@ class ProgramExecutor:
         self.workers = max(1, int(workers)) if isolation_status()[0] else 1
         self._pool = None
 
-    def run(self, codes: list[str]) -> list[dict]:
+    def run(self, codes: list[str], settings: list[dict | None] | None = None) -> list[dict]:
+        """Each code's run; ``settings``: per code, extra ``run_program`` keywords (or None)."""
+        settings = settings if settings is not None else [None] * len(codes)
         if self.workers == 1 or len(codes) < 2:
-            return [_run(c, self.timeout_s, self.allow_unsafe) for c in codes]
+            return [_run(c, self.timeout_s, self.allow_unsafe, k) for c, k in zip(codes, settings)]
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="numlearn-program")
         n = len(codes)
-        return list(self._pool.map(_run, codes, [self.timeout_s] * n, [self.allow_unsafe] * n))
+        return list(self._pool.map(_run, codes, [self.timeout_s] * n, [self.allow_unsafe] * n, settings))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -126,10 +136,17 @@ def make_attempts(kind: str, prompts: list[str], completions: list[str], program
     atts = [{"kind": kind, "prompt": p, "completion": c, "program": None} for p, c in zip(prompts, completions)]
     codes = [(i, _program_of(a["completion"])) for i, a in enumerate(atts)]
     codes = [(i, c) for i, c in codes if c is not None]
-    runs = programs.run([c for _, c in codes] + [official.wrap_program(c) for _, c in codes])
+    runs = programs.run([c for _, c in codes] + [official.wrap_program(c) for _, c in codes],
+                        [None] * len(codes) + [official.executor_run_kwargs(c) for _, c in codes])
     for j, (i, _) in enumerate(codes):
-        atts[i]["program"] = {"strict": runs[j], "official": runs[len(codes) + j]}
+        atts[i]["program"] = {"strict": runs[j], "official": runs[len(codes) + j] | {"executor": official.EXECUTOR_VERSION}}
     return atts
+
+
+def _old_executor(row: dict) -> bool:
+    """A line whose official program runs came from an earlier emulation of the official executor."""
+    return any((a.get("program") or {}).get("official", {}).get("executor", 1) != official.EXECUTOR_VERSION
+               for a in row.get("attempts", []) if a.get("program"))
 
 
 def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float, allow_unsafe: bool = False) -> dict:
@@ -180,7 +197,8 @@ def score_row(benchmark: str | BenchmarkSpec, row: dict, protocol: str, force_ch
     prog = (atts[0]["program"] or {}).get(protocol) if atts[0]["kind"] == "pot" or protocol == "official" else None
     return {"protocol": protocol, "pred": pred, "correct": is_correct(benchmark, pred, row["gt_raw"], protocol),
             "gt": normalize_truth(benchmark, row["gt_raw"], protocol), "mode": mode,
-            "completion": used["completion"], "program_ok": None if prog is None else prog["ok"]}
+            "completion": used["completion"], "program_ok": None if prog is None else prog["ok"],
+            "program_stop": None if prog is None else prog.get("stop")}
 
 
 class _Progress:
@@ -226,6 +244,14 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
     if stale:
         print(f"[numlearn.evaluate] {len(stale)} line(s) of {out_path} came from another model, sampling setting "
               "or prompt; regenerating them", file=sys.stderr, flush=True)
+    stale_ids = {id(r) for r in stale}
+    old = [r for r in done if r["id"] in expected and id(r) not in stale_ids and protocol == "official"
+           and _old_executor(r)]
+    if old:
+        print(f"[numlearn.evaluate] {len(old)} line(s) of {out_path} ran their programs under an earlier emulation of "
+              f"the official executor (now version {official.EXECUTOR_VERSION}); regenerating them",
+              file=sys.stderr, flush=True)
+        stale += old
         done = [r for r in done if r not in stale]
     ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or _last_byte(out_path) == b"\n"
     if bad or stale or not ends_cleanly:  # rewrite, so every line is whole and the next append starts a line

@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -325,7 +326,8 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
     secs = time.monotonic() - t0
     res = ProgramResult(stdout, False, timed_out, "", rc, truncated, secs, isolation, startup_seconds=startup)
     last_err = err.strip().splitlines()[-1] if err.strip() else ""
-    res.memory_limited = rc == MEMORY_EXIT or last_err.startswith("MemoryError")
+    # MemoryError or a subclass (numpy's _ArrayMemoryError) ended it: the cap, not the program's logic
+    res.memory_limited = rc == MEMORY_EXIT or re.match(r"[\w.]*MemoryError\b", last_err) is not None
     if timed_out:
         res.error = f"timed out after {timeout_s:g}s"
     elif rc == 97:

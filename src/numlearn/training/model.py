@@ -17,7 +17,7 @@ from numlearn.dtypes import resolve_dtype
 
 log = logging.getLogger(__name__)
 
-def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path):
+def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path, assets_dir: str | Path | None = None):
     from transformers import AutoTokenizer
 
     from numlearn.data.tokenizer import cached_tokenizer
@@ -33,10 +33,73 @@ def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path):
     p = Path(str(src))
     if not p.is_absolute() and (root / p).exists():
         src = str(root / p)
-    tok = AutoTokenizer.from_pretrained(src)
+    try:
+        tok = AutoTokenizer.from_pretrained(src)
+    except OSError as e:  # no network and not in the hub cache (or a wrong name): one line, with the fix
+        raise FileNotFoundError(_tokenizer_fix(model_cfg, src, e, assets_dir)) from None
+    vocab = check_vocab_setup(model_cfg.get("vocab_setup"))
+    if vocab == "official":
+        n_base = len(tok)
+        tok.add_special_tokens(official_special_tokens(tok))
+        tok.numlearn_base_vocab = n_base  # build_model mean-initialises the rows from here on
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+# model.vocab_setup: how the tokenizer's special tokens and the embedding rows are set up.
+#   null (default): the checkpoint's rows; a tokenizer without a pad token pads with eos (pads are
+#     masked out of the loss and attention, so which id they carry does not matter);
+#   official: the DEL scripts' smart_tokenizer_and_embedding_resize (train-qwen-deepseek.py and
+#     train-codellama-mistral.py alike): add "[PAD]" / "</s>" / "<s>" / "<unk>" where the tokenizer
+#     has no pad / eos / bos / unk, resize the embeddings to len(tokenizer) -- which also drops a
+#     checkpoint's padding rows (Qwen2.5: 151,936 -> 151,665; its "<s>" / "<unk>" are ordinary BPE
+#     tokens already, so no row is added) -- and set each new row, input and output, to the mean of
+#     the rows before it (Llama-2 / Mistral: "[PAD]", 32,001 rows). Added rows never occur as
+#     targets, but their logits enter every softmax, and dropped rows leave it: the objective
+#     changes slightly.
+VOCAB_SETUPS = (None, "official")
+OFFICIAL_SPECIAL_TOKENS = {"pad_token": "[PAD]", "eos_token": "</s>", "bos_token": "<s>", "unk_token": "<unk>"}
+
+
+def check_vocab_setup(value):
+    value = None if value in (None, "", "null", "none") else str(value)
+    if value not in VOCAB_SETUPS:
+        raise ValueError(f"unknown model.vocab_setup {value!r}; choose null (the checkpoint's rows, pad = eos when "
+                         "missing) or official (the DEL scripts' added tokens and resize)")
+    return value
+
+
+def official_special_tokens(tokenizer) -> dict:
+    """The special tokens the DEL scripts add to ``tokenizer``: those of pad / eos / bos / unk it lacks."""
+    return {k: v for k, v in OFFICIAL_SPECIAL_TOKENS.items() if getattr(tokenizer, k, None) is None}
+
+
+def resize_like_official(model, tokenizer) -> int:
+    """``smart_tokenizer_and_embedding_resize``'s resize: embeddings to ``len(tokenizer)`` rows, the
+    rows of the tokens added after ``tokenizer.numlearn_base_vocab`` set to the mean of the rows before
+    them (input and output embeddings). Returns the number of rows so set."""
+    n_new = len(tokenizer) - int(getattr(tokenizer, "numlearn_base_vocab", len(tokenizer)))
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    if n_new > 0:
+        with torch.no_grad():
+            emb = model.get_input_embeddings().weight
+            emb[-n_new:] = emb[:-n_new].mean(dim=0, keepdim=True)
+            out = model.get_output_embeddings()
+            if out is not None and out.weight is not emb:
+                out.weight[-n_new:] = out.weight[:-n_new].mean(dim=0, keepdim=True)
+    return n_new
+
+
+def _tokenizer_fix(model_cfg, src: str, err: OSError, assets_dir) -> str:
+    first = (str(err).strip().splitlines() or ["?"])[0]
+    msg = f"tokenizer {src!r} could not be loaded ({first[:160]})"
+    twin = model_cfg.get("assets_tokenizer")
+    if twin:
+        local = Path(str(assets_dir or "assets")) / "tokenizers" / str(twin)
+        how = "" if local.is_dir() else " (make assets puts it there)"
+        return (f"{msg}: without the hub, use the preset's offline twin: model.tokenizer={local}{how}")
+    return f"{msg}: pass model.tokenizer=<a local tokenizer dir>, or run where the hub is reachable"
 
 
 def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
@@ -67,7 +130,9 @@ def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     else:
         raise ValueError(f"unknown model source {source!r}; choose scratch, pretrained or gguf_package")
-    if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+    if check_vocab_setup(model_cfg.get("vocab_setup")) == "official":
+        resize_like_official(model, tokenizer)
+    elif model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

@@ -228,7 +228,7 @@ def plan_run(cfg) -> RunPlan:
     records = functools.cache(load)  # loaded once, on first use (a dry run with a hub tokenizer never does)
     template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed), template_rank(cfg))
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
-                                cache_dir, _abs(cfg.paths.root_dir))
+                                cache_dir, _abs(cfg.paths.root_dir), cfg.paths.get("assets_dir"))
     loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
     return RunPlan(run_dir=_abs(cfg.run_dir), tokenizer=tokenizer, loss_fn=loss_fn, template=template,
                    world_size=world_size_from_env(), grad_accum=int(cfg.train.gradient_accumulation_steps),
@@ -253,6 +253,7 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "template": plan.template.describe(),
         "template_draw": template_draw(cfg), "templates": rank_templates(cfg, plan.world_size),
         "boundary": cfg.data.get("boundary", "split"),
+        "vocab_setup": cfg.model.get("vocab_setup"), "tokenizer_len": len(plan.tokenizer),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
         "fsdp": bool(cfg.train.get("fsdp")),
         # what decides the weights, so a stored result can be matched to the preset that made it
@@ -342,6 +343,7 @@ def train(cfg: DictConfig) -> Path:
               + (f"; ranks of the preset's layout: {[t['official_index'] for t in meta['templates_at_paper_layout']]}"
                  if "templates_at_paper_layout" in meta else "")
               + f"); aux {meta['aux_normalization']}, ce {meta['ce_normalization']}"
+              + f"; vocab {meta['vocab_setup'] or 'checkpoint'} ({meta['tokenizer_len']} tokens)"
               f"; boundary {meta['boundary']} -> {run_dir}", flush=True)
         return run_dir
     if tcfg_threads := cfg.train.get("torch_threads"):
