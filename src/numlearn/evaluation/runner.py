@@ -252,7 +252,9 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
               f"the official executor (now version {official.EXECUTOR_VERSION}); regenerating them",
               file=sys.stderr, flush=True)
         stale += old
-        done = [r for r in done if r not in stale]
+    if stale:
+        stale_ids = {id(r) for r in stale}
+        done = [r for r in done if id(r) not in stale_ids]
     ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or _last_byte(out_path) == b"\n"
     if bad or stale or not ends_cleanly:  # rewrite, so every line is whole and the next append starts a line
         tmp = out_path.with_name(out_path.name + ".tmp")
