@@ -289,3 +289,114 @@ def test_the_launcher_fails_closed(tmp_path):
     assert r.returncode == 96 and "sandbox launcher" in r.stderr and not marker.exists()
     ok = subprocess.run(argv[:5] + ["", "--", "/usr/bin/touch", str(marker)])
     assert ok.returncode == 0 and marker.exists()
+
+
+# ---------------------------------------------------------------- the host kernel (issue 29)
+# The evaluator often runs as root, and the sandbox's uid 65534 is then host root outside its user
+# namespace: each case below reached host state before (writes are of the value already there).
+@pytest.mark.parametrize("how", ["open", "shell"])
+@pytest.mark.parametrize("sysctl", ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_ratio"])
+def test_host_sysctls_are_read_only(sysctl, how):
+    if how == "open":
+        body = f"p = {sysctl!r}\nv = open(p).read()\nwith open(p, 'w') as f:\n    f.write(v)\nprint('WROTE')"
+    else:  # the reported route: _posixsubprocess.fork_exec + /bin/sh, no audit event
+        body = (f"import subprocess\nr = subprocess.run(['/bin/sh', '-c', 'cat {sysctl} > /tmp/v && "
+                f"cat /tmp/v > {sysctl} && echo WROTE'], capture_output=True, text=True)\nprint(r.stdout)")
+    before = Path(sysctl).read_text()
+    _blocked(_run(body), "WROTE")
+    assert Path(sysctl).read_text() == before
+
+
+@pytest.mark.parametrize("path", ["/proc/slabinfo", "/proc/kpageflags", "/proc/keys", "/proc/kallsyms"])
+def test_kernel_internals_are_not_readable(path):
+    if not Path(path).exists():
+        pytest.skip(f"{path} does not exist on this kernel")
+    _blocked(_run(f"d = open({path!r}, 'rb').read(64)\nprint('READ', len(d))"), "READ 64", "READ 1")
+
+
+def _syscall(nr_x86: int, nr_arm: int, *args: str) -> str:
+    return ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"nr = {{'x86_64': {nr_x86}, 'aarch64': {nr_arm}}}[platform.machine()]\n"
+            f"r = libc.syscall(nr, {', '.join(args)})\n"
+            "print('RESULT', r, ctypes.get_errno())\n")
+
+
+def test_the_evaluators_session_keyring_is_not_inherited():
+    import ctypes
+    import platform
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    add_key = {"x86_64": 248, "aarch64": 217}.get(platform.machine())
+    serial = libc.syscall(add_key, b"user", b"numlearn-secret", b"SECRET-KEY-4242", 15, -3)  # KEY_SPEC_SESSION
+    if serial < 0:
+        pytest.skip(f"add_key refused on this host (errno {ctypes.get_errno()})")
+    try:
+        # keyctl(KEYCTL_SEARCH, session keyring, "user", name) then KEYCTL_READ
+        body = ("import ctypes, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "nr = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+                "k = libc.syscall(nr, 10, -3, b'user', b'numlearn-secret', 0)\n"
+                "buf = ctypes.create_string_buffer(64)\n"
+                "n = libc.syscall(nr, 11, k, buf, 64) if k > 0 else -1\n"
+                "print('GOT', buf.raw[:max(n, 0)])\n"
+                "print(open('/proc/keys').read())\n")
+        r = _run(body)
+        _blocked(r, "SECRET-KEY-4242", "numlearn-secret")
+        # a key a program adds does not outlive it (add_key is refused outright)
+        r = _run(_syscall(248, 217, "b'user'", "b'left-behind'", "b'X'", "1", "-3"))
+        assert "RESULT -1 1" in r.stdout, r
+    finally:
+        libc.syscall({"x86_64": 250, "aarch64": 219}[platform.machine()], 3, serial)  # KEYCTL_REVOKE
+
+
+@pytest.mark.parametrize("attack", [
+    _syscall(272, 97, "0x10000000"),  # unshare(CLONE_NEWUSER): a nested user namespace
+    _syscall(425, 425, "8", "0"),  # io_uring_setup
+    _syscall(165, 40, "b'none'", "b'/tmp'", "b'cgroup2'", "0", "0"),  # mount cgroup2
+])
+def test_nested_namespaces_io_uring_and_mounts_are_refused(attack):
+    r = _run(attack)
+    assert r.ok and "RESULT -1 1" in r.stdout, r  # EPERM
+
+
+def test_a_nested_user_namespace_cannot_be_made_through_clone():
+    body = ("import subprocess\nr = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c', "
+            "'mkdir -p /tmp/cg && mount -t cgroup2 none /tmp/cg && mkdir /tmp/cg/numlearn-escape && echo MADE'], "
+            "capture_output=True, text=True)\nprint(r.stdout, r.stderr)")
+    if not Path("/usr/bin/unshare").exists():
+        pytest.skip("no unshare(1) here")
+    _blocked(_run(body), "MADE")
+
+
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "."])
+def test_writable_dirs_are_bounded_in_total(where):
+    """Each file stays under RLIMIT_FSIZE (16 MB); together they pass the tmpfs bound (64 MB)."""
+    body = (f"import os\nn = 0\ntry:\n    for i in range(12):\n        with open(os.path.join({where!r}, f'f{{i}}'), 'wb') as f:\n"
+            "            f.write(b'0' * (10 << 20))\n        n += 1\nexcept OSError as e:\n    print('STOPPED', n, e)\n"
+            "print('WROTE', n)")
+    r = _run(body, timeout_s=10)
+    assert "STOPPED" in r.stdout and "No space left" in r.stdout and "WROTE 12" not in r.stdout, r
+
+
+def test_memory_is_bounded_per_sandbox_not_per_process():
+    """Five processes that each hold 400 MB (under memory_mb=1024 each could): the sandbox's memory
+    cgroup (1024 MB + its tmpfs) kills enough of them that the rest fit (two at least)."""
+    from numlearn.evaluation.sandbox import _cgroup_roots
+
+    if _cgroup_roots()["memory"] is None:
+        pytest.skip("no memory cgroup can be created here: memory is bounded per process only")
+    body = ("import os, time\nr, w = os.pipe()\nkids = []\nfor i in range(5):\n    pid = os.fork()\n"
+            "    if pid == 0:\n        b = b'x' * (400 << 20)\n        os.write(w, b'h')\n        time.sleep(2)\n"
+            "        os._exit(0)\n    kids.append(pid)\nos.close(w)\n"
+            "killed = sum(os.waitpid(k, 0)[1] & 0x7f == 9 for k in kids)\nprint('KILLED', killed)")
+    r = _run(body, timeout_s=20, memory_mb=1024)
+    assert "KILLED" in r.stdout and int(r.stdout.split("KILLED")[1]) >= 2, r
+
+
+def test_a_deep_tree_leaves_nothing_on_the_host():
+    import glob
+
+    before = set(glob.glob("/tmp/numlearn-pot-*"))
+    r = _run("import os\np = '.'\nfor i in range(1500):\n    p = os.path.join(p, 'd')\n    os.mkdir(p)\nprint('deep')",
+             timeout_s=20)
+    assert r.ok and "deep" in r.stdout, r
+    assert set(glob.glob("/tmp/numlearn-pot-*")) <= before

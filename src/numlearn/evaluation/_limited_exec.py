@@ -1,5 +1,5 @@
-"""Exec a command inside a pids cgroup and under resource limits:
-``python -I -S _limited_exec.py LIMITS_JSON CGROUP_DIR_OR_EMPTY -- ARGV...``.
+"""Exec a command inside cgroups, a new session keyring and under resource limits:
+``python -I -S _limited_exec.py LIMITS_JSON CGROUP_DIRS (comma-separated, or empty) -- ARGV...``.
 
 The sandbox starts bubblewrap through this launcher rather than a ``preexec_fn`` so that the
 evaluator may start sandboxes from several threads at once: Python code between fork and exec is
@@ -14,14 +14,30 @@ import resource
 import sys
 
 
+def _new_session_keyring() -> None:
+    """Leave the evaluator's session keyring (its secrets, and keys one program could leave for the
+    next): join a new anonymous one. Where keyctl itself is refused (a container's seccomp), the
+    sandbox cannot reach a keyring either; its own seccomp refuses keyctl in any case."""
+    import ctypes
+    import platform
+
+    nr = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+    if nr is None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(nr, 1, None) < 0 and ctypes.get_errno() not in (1, 38):  # KEYCTL_JOIN_SESSION_KEYRING
+        raise OSError(ctypes.get_errno(), "keyctl(JOIN_SESSION_KEYRING) failed")
+
+
 def main() -> None:
     try:
         limits, cgroup, sep, argv = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
         if sep != "--" or not argv:
             raise ValueError("usage: _limited_exec.py LIMITS_JSON CGROUP -- ARGV...")
-        if cgroup:
-            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+        for group in filter(None, cgroup.split(",")):
+            with open(os.path.join(group, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
+        _new_session_keyring()
         for name, val in (("RLIMIT_CPU", limits["cpu"]), ("RLIMIT_AS", limits["mem"]),
                           ("RLIMIT_FSIZE", limits["fsize"]), ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0)):
             resource.setrlimit(getattr(resource, name), (val, val))

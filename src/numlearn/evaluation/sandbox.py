@@ -3,11 +3,15 @@
 The boundary is the operating system, through bubblewrap (``bwrap``): each program runs in its
 own user, mount, pid, network, ipc, uts and cgroup namespaces, as uid/gid 65534 with no
 capabilities, no new privileges, a new session, and a filesystem holding only ``/usr``, the
-interpreter's prefix and the virtual environment (read-only), a private writable working
-directory and tmpfs ``/tmp`` -- no data, no repository, no home, no ``/etc``. It cannot see or
-signal the evaluator (a new pid namespace), has no route to the host's network (a new network
-namespace), and everything it started dies with it (the namespace's init is killed). Resource
-limits (CPU seconds, address space, file size, open files) and a wall-clock kill apply on top.
+interpreter's prefix and the virtual environment (read-only), and size-bounded tmpfs dirs for its
+working directory, ``/tmp`` and ``/dev/shm`` -- no data, no repository, no home, no ``/etc``, and
+nothing on the host's disk. It cannot see or signal the evaluator (a new pid namespace), has no
+route to the host's network (a new network namespace), cannot make a nested user namespace, write
+the host's ``/proc/sys`` or read kernel internals under ``/proc``, and a seccomp filter refuses
+keyrings, io_uring, mounts, ptrace, bpf and the like (``sandbox_seccomp``); everything it started
+dies with it (the namespace's init is killed). Resource limits (CPU seconds, address space, file
+size, open files), pids and memory cgroups for the whole sandbox where they can be created, and a
+wall-clock kill apply on top. ``docs/sandbox.md`` lists what is contained and what is not.
 
 Why bubblewrap: it is what Flatpak uses for the same job, small (a single setuid-free binary in
 Debian), needs no daemon (Docker needs one, and none runs on these machines), and fails loudly when
@@ -89,8 +93,9 @@ def _hook(event, args):
                 if not (real == _cwd or real.startswith(_cwd + os.sep)):
                     raise PermissionError(f"sandbox: {event} outside the working directory is not allowed")
 # Modules the caller asked to have loaded before the program starts (the official executor's
-# forked child inherits its parent's: sympy, numpy, ...), imported before the hook, then ".ready"
-# tells the parent to start the program's clock (run_program(clock_after_preload=True)).
+# forked child inherits its parent's: sympy, numpy, ...), imported before the hook, then a byte on
+# the ready pipe (or a ".ready" file, outside bwrap) tells the parent to start the program's clock
+# (run_program(clock_after_preload=True)).
 if os.path.exists("preload.json"):
     import importlib, json
     with open("preload.json", encoding="utf-8") as f:
@@ -104,7 +109,13 @@ if os.path.exists("preload.json"):
 with open("program.py", encoding="utf-8") as f:
     _src = f.read()
 _code = compile(_src, "program.py", "exec")
-open(".ready", "w").close()
+_ready = os.environ.pop("NUMLEARN_READY_FD", None)
+if _ready is not None:  # under bwrap: a pipe to the parent (the working dir is not visible to it)
+    os.write(int(_ready), b"r")
+    os.close(int(_ready))
+else:
+    open(".ready", "w").close()
+del _ready
 sys.addaudithook(_hook)
 del _hook
 exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
@@ -135,7 +146,21 @@ class ProgramResult:
     startup_seconds: float = 0.0  # interpreter + preloaded imports, outside the time budget (clock_after_preload)
 
 
-def _bwrap_argv(workdir: str, python: str) -> list[str]:
+# /proc entries a sandbox that maps to host root must not read or write (the uid inside is 65534, but
+# when the evaluator runs as root it is host root outside): the host's kernel settings stay read-only,
+# and what leaks kernel memory, keys or other processes' layout is covered by /dev/null.
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "scsi", "driver", "sysvipc", "tty")
+_PROC_MASKED = ("kcore", "keys", "key-users", "kmsg", "kallsyms", "kpageflags", "kpagecount", "kpagecgroup",
+                "slabinfo", "timer_list", "sched_debug", "latency_stats", "vmallocinfo", "pagetypeinfo",
+                "iomem", "ioports", "modules", "config.gz", "lock_stat", "mtrr")
+# Size of each tmpfs the program can write: /tmp, /dev/shm and its working dir (RAM, not host disk).
+TMPFS_MB = 64
+
+
+def _bwrap_argv(python: str, files: dict[str, int], seccomp_fd: int | None = None,
+                env: dict[str, str] | None = None) -> list[str]:
+    """``files``: path in the working dir -> an fd bwrap copies it from (the working dir is a
+    size-bounded tmpfs, so nothing the program writes reaches the host's disk)."""
     ro = []
     prefixes = {os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}
     if python != sys.executable:  # another interpreter or venv: its root too
@@ -150,77 +175,161 @@ def _bwrap_argv(workdir: str, python: str) -> list[str]:
             links += ["--symlink", os.readlink(target), target]
         elif os.path.isdir(target):
             links += ["--ro-bind", target, target]
+    proc = []
+    for name in _PROC_READ_ONLY:
+        if os.path.exists(f"/proc/{name}"):
+            proc += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in _PROC_MASKED:
+        if os.path.exists(f"/proc/{name}"):
+            proc += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    size = str(TMPFS_MB << 20)
+    put = []
+    for name, fd in files.items():
+        put += ["--perms", "0644", "--file", str(fd), f"{WORKDIR}/{name}"]
+    setenv = []
+    for k, v in {"PATH": "/usr/bin:/bin", "HOME": WORKDIR, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+                 "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                 **(env or {})}.items():
+        setenv += ["--setenv", k, v]
     # Order matters: a later mount covers an earlier one, so the private /tmp comes first and the
     # interpreter / venv binds (which may live under the host's /tmp, as in a CI clone) go on top.
-    return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
-            "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
+    # --unshare-user + --disable-userns: no nested user namespace (which could mount cgroup2 or
+    # procfs anew); --seccomp: keyctl, io_uring, mount, ptrace, bpf, ... refused (sandbox_seccomp).
+    return ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
+            "--size", size, "--tmpfs", "/tmp", "--proc", "/proc", *proc, "--dev", "/dev",
+            "--size", size, "--tmpfs", "/dev/shm",
             "--ro-bind", "/usr", "/usr", *links, *ro,
-            "--bind", workdir, WORKDIR, "--chdir", WORKDIR,
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", WORKDIR,
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONHASHSEED", "0", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--setenv", "OPENBLAS_NUM_THREADS", "1", "--setenv", "OMP_NUM_THREADS", "1",
+            "--perms", "1777", "--size", size, "--tmpfs", WORKDIR, *put, "--chdir", WORKDIR,
+            *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+            "--clearenv", *setenv,
             "--", python, "-I", "-B", "guard.py"]
 
 
+# Syscalls the program never needs and that reach kernel state beyond its namespaces: the kernel
+# keyrings (an inherited session keyring, /proc/keys), io_uring, (u)mount / namespaces, ptrace,
+# bpf / perf, module and kexec loading, handle-based opens. Each returns EPERM. Numbers per arch.
+_SECCOMP_BLOCK = {
+    # AUDIT_ARCH_X86_64: keyctl add_key request_key io_uring_setup/enter/register unshare setns
+    # mount umount2 pivot_root ptrace bpf perf_event_open userfaultfd kexec_load kexec_file_load
+    # init_module finit_module delete_module open_by_handle_at name_to_handle_at fsopen fsconfig
+    # fsmount move_mount open_tree mount_setattr process_vm_readv process_vm_writev
+    "x86_64": (0xC000003E, (250, 248, 249, 425, 426, 427, 272, 308, 165, 166, 155, 101, 321, 298, 323, 246, 320,
+                            175, 313, 176, 304, 303, 430, 431, 432, 429, 428, 442, 310, 311)),
+    "aarch64": (0xC00000B7, (219, 217, 218, 425, 426, 427, 97, 268, 40, 39, 41, 117, 280, 241, 282, 104, 294,
+                             105, 273, 106, 265, 264, 430, 431, 432, 429, 428, 442, 270, 271)),
+}
+_X32_BIT = 0x40000000
+
+
+def sandbox_seccomp(machine: str | None = None) -> bytes:
+    """The classic-BPF seccomp program bwrap installs (``--seccomp FD``): another architecture than
+    the one it was written for is killed; each blocked syscall (and, on x86_64, the x32 ABI) gets
+    EPERM; everything else is allowed. Raises ``SandboxUnavailable`` on an architecture without a table."""
+    import platform
+    import struct
+
+    machine = machine or platform.machine()
+    if machine not in _SECCOMP_BLOCK:
+        raise SandboxUnavailable(f"no seccomp table for {machine!r}: the sandbox supports "
+                                 f"{', '.join(_SECCOMP_BLOCK)}; eval.allow_unsafe_exec=true runs without an OS boundary")
+    arch, nrs = _SECCOMP_BLOCK[machine]
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, errno_eperm, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
+    prog = [(ld_w_abs, 0, 0, 4),  # seccomp_data.arch
+            (jeq_k, 1, 0, arch), (ret_k, 0, 0, kill),
+            (ld_w_abs, 0, 0, 0)]  # seccomp_data.nr
+    if machine == "x86_64":
+        prog += [(jge_k, 0, 1, _X32_BIT), (ret_k, 0, 0, errno_eperm)]
+    for nr in nrs:
+        prog += [(jeq_k, 0, 1, nr), (ret_k, 0, 0, errno_eperm)]
+    prog.append((ret_k, 0, 0, allow))
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)  # not inheritable until passed (pass_fds)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 @lru_cache(maxsize=1)
-def _pids_cgroup_root() -> str | None:
-    """A cgroup hierarchy with the pids controller that this process may create groups in
-    (cgroup v1 ``/sys/fs/cgroup/pids``, or v2 with pids enabled); None elsewhere."""
-    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
-        try:
-            if root.endswith("pids") or "pids" in open(os.path.join(root, "cgroup.subtree_control")).read().split():
-                if os.path.exists(os.path.join(root, "cgroup.procs")) and os.access(root, os.W_OK):
-                    return root
-        except OSError:
-            continue
-    return None
+def _cgroup_roots() -> dict[str, str | None]:
+    """Per controller ("pids", "memory"): a cgroup hierarchy this process may create groups in
+    (cgroup v1 ``/sys/fs/cgroup/<controller>``, or v2 with the controller enabled); None elsewhere."""
+    out: dict[str, str | None] = {}
+    for ctl in ("pids", "memory"):
+        out[ctl] = None
+        for root in (f"/sys/fs/cgroup/{ctl}", "/sys/fs/cgroup"):
+            try:
+                if root.endswith(ctl) or ctl in open(os.path.join(root, "cgroup.subtree_control")).read().split():
+                    if os.path.exists(os.path.join(root, "cgroup.procs")) and os.access(root, os.W_OK):
+                        out[ctl] = root
+                        break
+            except OSError:
+                continue
+    return out
 
 
 _GROUP_IDS = count()  # unique cgroup names when several threads start sandboxes
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_limited_exec.py")
 
 
-class _PidsLimit:
-    """Namespaced processes map to the evaluator's uid, which RLIMIT_NPROC exempts when it is root,
-    so a fork bomb is bounded by a pids cgroup instead -- where one can be created."""
+class _Cgroups:
+    """One sandbox's cgroups, where they can be created: a pids group (namespaced processes map to
+    the evaluator's uid, which RLIMIT_NPROC exempts when it is root, so a fork bomb is bounded here)
+    and a memory group (RLIMIT_AS bounds each process; this bounds all of them together, with the
+    tmpfs pages they write). The launcher joins them before exec (``paths``)."""
 
-    def __init__(self, max_pids: int):
-        root = _pids_cgroup_root()
-        self.path = None
-        if root is not None:
-            path = os.path.join(root, f"numlearn-sandbox-{os.getpid()}-{next(_GROUP_IDS)}-{time.monotonic_ns()}")
+    def __init__(self, max_pids: int, memory_bytes: int):
+        self.paths: list[str] = []
+        roots = _cgroup_roots()
+        name = f"numlearn-sandbox-{os.getpid()}-{next(_GROUP_IDS)}-{time.monotonic_ns()}"
+        v2 = roots["pids"] is not None and roots["pids"] == roots["memory"]
+        settings = {"pids": [("pids.max", str(max_pids))],
+                    "memory": ([("memory.max", str(memory_bytes)), ("memory.swap.max", "0")] if v2 else
+                               [("memory.limit_in_bytes", str(memory_bytes)),
+                                ("memory.memsw.limit_in_bytes", str(memory_bytes))])}
+        for ctl, root in roots.items():
+            if root is None or (v2 and ctl == "memory"):
+                continue
+            path = os.path.join(root, name)
             try:
                 os.mkdir(path)
-                with open(os.path.join(path, "pids.max"), "w") as f:
-                    f.write(str(max_pids))
-                self.path = path
+                for fname, value in settings[ctl] + (settings["memory"] if v2 else []):
+                    fpath = os.path.join(path, fname)
+                    if fname.startswith("memory.") and (fname.endswith("swap.max") or "memsw" in fname) \
+                            and not os.path.exists(fpath):
+                        continue  # no swap accounting here: nothing to bound
+                    with open(fpath, "w") as f:
+                        f.write(value)
+                self.paths.append(path)
             except OSError:
-                shutil.rmtree(path, ignore_errors=True)
-
-    def join(self):  # in the child, before exec
-        if self.path:
-            with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
+                _rmdir_group(path)
 
     def close(self):
-        if not self.path:
-            return
-        for _ in range(50):
+        for path in self.paths:
+            _rmdir_group(path)
+        self.paths = []
+
+
+def _rmdir_group(path: str) -> None:
+    for _ in range(50):
+        try:
+            pids = open(os.path.join(path, "cgroup.procs")).read().split()
+        except OSError:
+            break
+        for pid in pids:
             try:
-                pids = open(os.path.join(self.path, "cgroup.procs")).read().split()
+                os.kill(int(pid), signal.SIGKILL)
             except OSError:
-                break
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
-            try:
-                os.rmdir(self.path)
-                break
-            except OSError:
-                time.sleep(0.02)
+                pass
+        try:
+            os.rmdir(path)
+            break
+        except OSError:
+            time.sleep(0.02)
 
 
 @lru_cache(maxsize=1)
@@ -231,23 +340,28 @@ def isolation_status() -> tuple[bool, str]:
     if exe is None:
         return False, ("bubblewrap (bwrap) is not installed: `make sandbox` (apt-get install bubblewrap), or "
                        "eval.allow_unsafe_exec=true to run generated programs without an OS boundary")
-    tmp = tempfile.mkdtemp(prefix="numlearn-probe-")
+    fds = []
     try:
-        with open(os.path.join(tmp, "guard.py"), "w") as f:
-            f.write("import os; print(os.getuid(), os.getpid())\n")
-        r = subprocess.run(_bwrap_argv(tmp, sys.executable), cwd=tmp, env={"PATH": "/usr/bin:/bin"},
-                           capture_output=True, text=True, timeout=30)
+        fds = [_memfd("guard.py", b"import os; print(os.getuid(), os.getpid())\n"), _memfd("seccomp", sandbox_seccomp())]
+        r = subprocess.run(_bwrap_argv(sys.executable, {"guard.py": fds[0]}, fds[1]), cwd="/",
+                           env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30, pass_fds=fds)
         version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    except SandboxUnavailable as e:
+        return False, str(e)
     except (OSError, subprocess.SubprocessError) as e:
         return False, f"bubblewrap could not run: {e}"
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for fd in fds:
+            os.close(fd)
     if r.returncode != 0 or r.stdout.split()[:1] != [str(NOBODY)]:
         msg = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
         return False, (f"bubblewrap cannot create the namespaces here ({msg}); enable unprivileged user "
                        "namespaces, or eval.allow_unsafe_exec=true to run without an OS boundary")
-    pids = "pids cgroup" if _pids_cgroup_root() else "no pids cgroup: fork bombs end at the wall-clock kill"
-    return True, f"{version}: user/mount/pid/net namespaces, uid {NOBODY}; {pids}"
+    roots = _cgroup_roots()
+    pids = "pids cgroup" if roots["pids"] else "no pids cgroup: fork bombs end at the wall-clock kill"
+    mem = "memory cgroup" if roots["memory"] else "no memory cgroup: memory bounded per process"
+    return True, (f"{version}: user/mount/pid/net namespaces, no nested user namespaces, seccomp, uid {NOBODY}, "
+                  f"read-only /proc/sys, {TMPFS_MB} MB tmpfs dirs; {pids}; {mem}")
 
 
 def _preexec(limits: dict[str, int], as_root: bool, drop_uid: bool):
@@ -389,6 +503,17 @@ def _wait_then_kill(proc, timeout_s: float, after_kill=None) -> tuple[int | None
     return rc, timed_out
 
 
+def _remove_tree(path: str) -> None:
+    """``shutil.rmtree``, which recurses in Python (1,500 nested dirs raise RecursionError), then
+    ``rm -rf`` for what it left."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if os.path.exists(path):
+        subprocess.run(["rm", "-rf", "--one-file-system", path], check=False)
+
+
 def _workdir(code: str, start: _Start | None = None) -> str:
     """A fresh directory holding the program and the guard that runs it (and what to preload)."""
     tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
@@ -408,48 +533,66 @@ def _set_rlimits(limits: dict[str, int]) -> None:
         resource.setrlimit(res, (val, val))
 
 
-def _limits_preexec(limits: dict[str, int], pids: _PidsLimit | None = None):
-    def fn():
-        os.setsid()
-        if pids is not None:
-            pids.join()
-        _set_rlimits(limits)
-    return fn
-
-
 def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how,
                start: _Start = _Start()) -> ProgramResult:
-    tmp = _workdir(code, start)
     t0 = time.monotonic()
+    # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE, which is
+    # set well above the stdout cap so stderr chatter cannot fail a correct program.
+    limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance, "mem": memory_mb * 1024 * 1024,
+              "fsize": max(16 << 20, max_output_bytes + 1)}
+    files = {"program.py": code.encode("utf-8", "surrogatepass"), "guard.py": _GUARD.encode()}
+    if start.preload:
+        files["preload.json"] = json.dumps(list(start.preload)).encode()
+    fds = {name: _memfd(name, data) for name, data in files.items()}
+    seccomp = _memfd("seccomp", sandbox_seccomp())
+    ready_r, ready_w = os.pipe()
+    outdir = tempfile.mkdtemp(prefix="numlearn-pot-io-")
+    out_path, err_path = os.path.join(outdir, "stdout"), os.path.join(outdir, "stderr")
+    # the whole sandbox, not each process: its processes (+ bwrap's own) and its memory, tmpfs pages
+    # included, where cgroups can be created; the rlimits bound each process in any case
+    groups = _Cgroups(max_procs + 4, (memory_mb + 3 * TMPFS_MB) << 20)
+    passed = (*fds.values(), seccomp, ready_w)
     try:
-        # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE,
-        # which is set well above the stdout cap so stderr chatter cannot fail a correct program.
-        limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance, "mem": memory_mb * 1024 * 1024,
-                  "fsize": max(16 << 20, max_output_bytes + 1)}
-        outdir = tempfile.mkdtemp(prefix="numlearn-pot-io-")
-        out_path, err_path = os.path.join(outdir, "stdout"), os.path.join(outdir, "stderr")
-        pids = _PidsLimit(max_procs + 4)  # + bwrap's own processes
-        try:
-            with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
-                try:
-                    # bwrap gets no environment of ours: inside, it is pid 1, and its environ is
-                    # readable there (the evaluator's secrets would be); the program's is --setenv.
-                    # no preexec_fn (unsafe in a threaded parent): a launcher interpreter joins the
-                    # pids cgroup, sets the rlimits and execs bwrap; the new session is set by C code.
-                    argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(limits), pids.path or "", "--",
-                            *_bwrap_argv(tmp, python or sys.executable)]
-                    proc = subprocess.Popen(argv, cwd=tmp, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                                            stdout=fo, stderr=fe, start_new_session=True, close_fds=True)
-                except (OSError, subprocess.SubprocessError) as e:
-                    return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
-                startup = _wait_ready(proc, tmp, start)
-                rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
-            return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how, startup)
-        finally:
-            pids.close()
-            shutil.rmtree(outdir, ignore_errors=True)
+        with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
+            try:
+                # bwrap gets no environment of ours: inside, it is pid 1, and its environ is readable
+                # there (the evaluator's secrets would be); the program's is --setenv. No preexec_fn
+                # (unsafe in a threaded parent): a launcher interpreter joins the cgroups, a fresh
+                # session keyring, sets the rlimits and execs bwrap.
+                argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(limits), ",".join(groups.paths), "--",
+                        *_bwrap_argv(python or sys.executable, fds, seccomp, {"NUMLEARN_READY_FD": str(ready_w)})]
+                proc = subprocess.Popen(argv, cwd="/", env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                                        stdout=fo, stderr=fe, start_new_session=True, close_fds=True,
+                                        pass_fds=passed)
+            except (OSError, subprocess.SubprocessError) as e:
+                return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
+            finally:
+                for fd in passed:
+                    os.close(fd)
+                passed = ()
+            startup = _wait_ready_pipe(proc, ready_r, start)
+            rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
+        return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how, startup)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for fd in passed:
+            os.close(fd)
+        os.close(ready_r)
+        groups.close()
+        shutil.rmtree(outdir, ignore_errors=True)
+
+
+def _wait_ready_pipe(proc, ready_r: int, start: _Start) -> float:
+    """``_wait_ready`` for bwrap: the guard writes one byte to the ready pipe (EOF: it ended)."""
+    if not start.clock_after_preload:
+        return 0.0
+    import select
+
+    t0 = time.monotonic()
+    while (left := start.startup_timeout_s - (time.monotonic() - t0)) > 0:
+        r, _, _ = select.select([ready_r], [], [], min(left, 0.5))
+        if r or proc.poll() is not None:
+            break
+    return time.monotonic() - t0
 
 
 def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python,
@@ -498,4 +641,4 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
             res.error = f"exit status {rc}"
         return res
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_tree(tmp)
