@@ -262,8 +262,11 @@ def test_official_harness_needs_a_preset():
 @pytest.mark.parametrize("override,message", [
     ("loss.alpha=-1", "alpha must be >= 0"),
     ("loss.alpha=abc", "alpha must be a number"),
-    ("+loss.bogus=1", "unknown option(s) ['bogus']"),
+    ("+loss.bogus=1", "+loss.bogus: no loss config defines 'bogus'"),
+    ("++loss.bogus=1", "unknown option(s) ['bogus']"),  # forced past the CLI: build_loss still refuses it
+    ("+train.max_stepz=3", "did you mean train.max_steps?"),  # issue 29: was accepted and ignored
     ("train.max_steps=abc", "train.max_steps='abc' must be a positive integer"),
+    ("train.max_steps=0", "train.max_steps=0 must be a positive integer (null trains"),  # was a full epoch
     ("loss.aux_normalization=microbatch", "renamed"),
     ("data.template=random", "data.template=official"),
     ("train.sampling=sorted", "train.sampling='sorted'; choose one of ('random', 'group_by_length')"),

@@ -11,8 +11,14 @@ import pytest
 
 from numlearn.evaluation import extract_answer, is_correct
 from numlearn.evaluation.benchmarks import Problem
-from numlearn.evaluation.official import (delete_extra_zero, executor_preload, executor_run_kwargs, strip_string,
-                                         truth, wrap_program)
+from numlearn.evaluation.official import (
+    delete_extra_zero,
+    executor_preload,
+    executor_run_kwargs,
+    strip_string,
+    truth,
+    wrap_program,
+)
 from numlearn.evaluation.runner import evaluate_problems, read_jsonl, rescore
 from numlearn.evaluation.sandbox import run_program
 from test_evaluation import SAMPLING, ScriptedBackend

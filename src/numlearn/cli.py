@@ -25,6 +25,8 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
         if arg.startswith("-") or "=" not in arg:
             continue
         key, value = arg.split("=", 1)
+        if key.startswith("+") and not key.startswith("++") and "." in key:
+            _check_added_key(root, key.lstrip("+"), prog)
         key = key.lstrip("+~")
         gdir = root / key
         if not gdir.is_dir() or not value or value == "null":
@@ -95,3 +97,28 @@ def aggregate_main() -> None:
     from numlearn.reporting.aggregate import main
 
     main()
+
+
+def _check_added_key(root: Path, dotted: str, prog: str) -> None:
+    """``+train.max_stepz=3`` adds a key no code reads: exit with one line (and the nearest known key)
+    when ``group.key`` names a config group whose files define no such key. ``++`` forces it."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    group, _, rest = dotted.partition(".")
+    gdir = root / group
+    if not gdir.is_dir() or not rest:
+        return
+    known = set()
+    for f in gdir.glob("*.yaml"):
+        node = OmegaConf.load(f)
+        if hasattr(node, "keys"):
+            known.update(str(k) for k in node.keys())
+    known.update(p.name for p in gdir.iterdir() if p.is_dir())  # nested groups (eval/benchmark)
+    first = rest.split(".", 1)[0]
+    if first not in known:
+        near = difflib.get_close_matches(first, sorted(known), n=1)
+        sys.exit(f"{prog}: error: +{dotted}: no {group} config defines {first!r}, so nothing would read it"
+                 + (f"; did you mean {group}.{near[0]}?" if near else "")
+                 + " (++ adds it anyway)")

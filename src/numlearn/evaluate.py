@@ -30,17 +30,21 @@ def backend_from_config(ecfg, model_path: str, seed: int = 0):
 
 def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig
-    from numlearn.evaluation.benchmarks import load_benchmark
+    from numlearn.evaluation.benchmarks import check_limit, load_benchmark
     from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import METRIC_NOTES, compute_metrics, per_problem_scores
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
     from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
     from numlearn.evaluation.spec import BenchmarkSpec
     from numlearn.provenance import provenance, write_json
-    from numlearn.rundirs import run_meta_of_model
+    from numlearn.rundirs import damaged_weights, run_meta_of_model
 
     ecfg = cfg.eval
     protocol = check_protocol(str(ecfg.get("protocol", "strict")))
+    check_limit(ecfg.get("limit"))
+    if not float(ecfg.pot_timeout_s) > 0:
+        raise ValueError(f"eval.pot_timeout_s={ecfg.pot_timeout_s} would time out every program; give a positive "
+                         "number of seconds (the official executor's is 5)")
     allow_unsafe = bool(ecfg.get("allow_unsafe_exec", False))
     isolated, isolation = isolation_status()
     if not isolated and not allow_unsafe:  # refuse before any model or generation
@@ -53,6 +57,9 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     elif model_path.startswith(("/", ".")) or "/final" in model_path:
         raise FileNotFoundError(f"model {model_path} not found: train it first (python -m numlearn.train with "
                                 "the same experiment/model/loss/seed) or pass model_path=<dir or hub name>")
+    if Path(model_path).is_dir() and (bad := damaged_weights(model_path)):
+        raise ValueError(f"model {model_path}: damaged weights: {'; '.join(bad)}; retrain the run (python -m "
+                         "numlearn.train with the same overrides resumes from its last checkpoint) or copy it again")
     eval_dir = Path(str(cfg.eval_dir)).resolve()
     data_root = Path(str(cfg.paths.data_dir)).expanduser()
     cache_dir = Path(str(cfg.paths.cache_dir)).resolve()
@@ -137,8 +144,10 @@ def _in_hub_cache(name: str) -> bool:
 
 
 def model_fingerprint(model_path: str) -> str:
-    """A local model directory: its files' names, sizes and mtimes (a retrained run dir changes
-    it); a hub name: the name."""
+    """A local model directory: its files' names, sizes and contents, so a retrained run changes it
+    and a copy (another path, new mtimes) does not -- generations resume from a copied run dir. A
+    file over 64 MB is sampled (its size and three 4 MB windows: retraining rewrites every byte);
+    a hub name: the name."""
     import hashlib
 
     p = Path(model_path)
@@ -147,9 +156,18 @@ def model_fingerprint(model_path: str) -> str:
     h = hashlib.sha256()
     for f in sorted(p.rglob("*")):
         if f.is_file():
-            st = f.stat()
-            h.update(f"{f.relative_to(p)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return f"{model_path}@{h.hexdigest()[:16]}"
+            size = f.stat().st_size
+            h.update(f"{f.relative_to(p)}:{size}:".encode())
+            with open(f, "rb") as fh:
+                if size <= 64 << 20:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+                else:
+                    for at in (0, size // 2, size - (4 << 20)):
+                        fh.seek(at)
+                        h.update(fh.read(4 << 20))
+            h.update(b"\n")
+    return f"dir@{h.hexdigest()[:16]}"
 
 
 def generation_key(model_key: dict, sampling) -> str:

@@ -73,3 +73,14 @@ def write_json(path: Path, obj) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
     tmp.replace(path)
+
+
+def check_output_dir(path, flag: str) -> None:
+    """A CLI's output directory (``--out``, ``--store``): a path that exists as a file is an error
+    naming it (before any work), not a ``FileExistsError`` traceback from ``mkdir``."""
+    p = Path(str(path))
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise ValueError(f"{flag} {path}: {q} is a file, not a directory; name a directory")
+            break

@@ -84,14 +84,39 @@ RUN_META = "run.json"
 FINAL = "final"
 
 
+def damaged_weights(model_dir: str | Path) -> list[str]:
+    """The ``*.safetensors`` files of ``model_dir`` that are not whole (cut short by a full disk or a
+    kill mid-copy): a header that does not parse, or a size other than 8 + header + the last tensor's
+    end. Reads the headers only; an empty list when every file is whole (or there are none)."""
+    import json
+    import struct
+
+    bad = []
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                if n > size - 8:
+                    raise ValueError("header longer than the file")
+                header = json.loads(fh.read(n))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+            if size != 8 + n + end:
+                raise ValueError(f"{size} bytes, the header describes {8 + n + end}")
+        except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
+            bad.append(f"{f.name} ({e})")
+    return bad
+
+
 def run_is_complete(run_dir: str | Path) -> bool:
-    """A training run finished: its ``final/`` model exists and ``run.json`` says complete."""
+    """A training run finished: its ``final/`` model exists, its weights are whole, and ``run.json``
+    says complete."""
     import json
 
     d = Path(run_dir)
     meta = d / RUN_META
     return (d / FINAL / "config.json").exists() and meta.exists() and \
-        json.loads(meta.read_text()).get("status") == "complete"
+        json.loads(meta.read_text()).get("status") == "complete" and not damaged_weights(d / FINAL)
 
 
 def run_meta_of_model(model_path: str | Path) -> dict | None:

@@ -125,8 +125,19 @@ def resolve_file(bcfg, data_root: str | Path, cache_dir: str | Path) -> tuple[Pa
     return root / bcfg.file, bcfg.get("sha256")
 
 
+def check_limit(limit) -> int | None:
+    """``eval.limit``: null (every problem) or a positive number of problems; 0 or a negative number is
+    an error (``rows[:-1]`` would silently drop the last problem, ``rows[:0]`` read as "no limit")."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"eval.limit={limit!r}: give a positive number of problems, or null for all of them")
+    return limit
+
+
 def load_benchmark(bcfg, data_root: str | Path, cache_dir: str | Path, limit: int | None = None,
                    verify: bool = True) -> tuple[list[Problem], dict]:
+    limit = check_limit(limit)
     spec = BenchmarkSpec.from_config(bcfg)
     path, expected = resolve_file(bcfg, data_root, cache_dir)
     if not path.exists():

@@ -70,7 +70,7 @@ def normalize_number(s: str) -> str:
         if not d.is_finite():
             return ""
         if d == d.to_integral_value():
-            out = str(int(d))
+            out = format(d.to_integral_value(), "f")  # not str(int(d)): 4,300-digit limit
         else:
             out = format(d, "f").rstrip("0").rstrip(".")
     return "0" if out in ("-0", "") else out

@@ -53,8 +53,17 @@ def digit_slots(s: str) -> tuple[str, str]:
     return ip, fp
 
 
+def _slog_decimal(x: Decimal) -> float:
+    """``slog`` of a number a float cannot hold (a 5,000-digit answer): ln|x| from the Decimal itself
+    (the 1e-8 is below its precision there)."""
+    f = float(x)
+    if math.isfinite(f):
+        return slog(f)
+    return math.copysign(float(abs(x).ln()), f)
+
+
 def _distance(t: Decimal, p: Decimal) -> float:
-    return abs(slog(float(p)) - slog(float(t)))
+    return abs(_slog_decimal(p) - _slog_decimal(t))
 
 
 def problem_distance(gt: str, pred: str) -> float | None:

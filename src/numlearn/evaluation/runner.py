@@ -15,6 +15,7 @@ its own rule says so.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,13 +34,15 @@ MODES = ("cot", "pot", "paper")
 
 def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
     """Records of a generations file and the number of unreadable lines (a line cut by an
-    interruption, or anything that is not a JSON object with an id, is dropped and counted, then
-    regenerated)."""
-    recs, bad = [], 0
+    interruption, anything that is not a JSON object with an id, or a second line for an id already
+    read, is dropped and counted; the caller rewrites the file and regenerates what is missing)."""
+    recs, bad, seen = [], 0, set()
     p = Path(path)
     if not p.exists():
         return recs, 0
-    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+    # split on "\n" only: str.splitlines() also splits at U+2028 / U+2029 / U+0085 / \x1c-\x1e,
+    # which json.dumps(ensure_ascii=False) leaves raw inside a completion
+    for line in p.read_text(encoding="utf-8", errors="replace").split("\n"):
         if not line.strip():
             continue
         try:
@@ -47,11 +50,39 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
         except json.JSONDecodeError:
             bad += 1
             continue
-        if isinstance(r, dict) and "id" in r:
+        if isinstance(r, dict) and "id" in r and r["id"] not in seen:
+            seen.add(r["id"])
             recs.append(r)
         else:
             bad += 1
     return recs, bad
+
+
+class GenerationsLock:
+    """An exclusive lock on a generations file for one evaluation (``<file>.lock``, ``flock``): a
+    second evaluation of the same run dir stops with one line instead of appending every line twice."""
+
+    def __init__(self, path: Path):
+        self.path = Path(str(path) + ".lock")
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise RuntimeError(f"{self.path.with_suffix('')} is being written by another evaluation (pid {holder}); "
+                               "wait for it to finish, then re-run to resume") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # releases the lock; the file stays (removing it would race a waiting peer)
 
 
 def _last_byte(path: Path) -> bytes:
@@ -232,6 +263,17 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
     check_protocol(protocol)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    if pot_timeout_s <= 0:
+        raise ValueError(f"pot_timeout_s={pot_timeout_s:g} would time out every program; give a positive number "
+                         "of seconds (eval.pot_timeout_s, the official executor's is 5)")
+    with GenerationsLock(out_path):
+        return _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot_timeout_s,
+                                force_choice_letter, symbolic_math, chunk_size, protocol, allow_unsafe_exec,
+                                generation_key, program_workers)
+
+
+def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot_timeout_s, force_choice_letter,
+                     symbolic_math, chunk_size, protocol, allow_unsafe_exec, generation_key, program_workers) -> dict:
     mc = benchmark.answer == "choice"
     use_pot = (mode == "pot" or (mode == "paper" and not mc))
 

@@ -68,7 +68,7 @@ _pid = str(os.getpid())
 _BLOCK = {"socket.socket", "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
           "socket.gethostbyname", "os.fork", "os.forkpty", "os.vfork", "os.system", "os.exec", "os.posix_spawn",
           "os.spawn", "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill",
-          "os.setuid", "os.putenv", "os.unsetenv", "pty.spawn", "os.startfile",
+          "os.setuid", "pty.spawn", "os.startfile",
           "_posixsubprocess.fork_exec"}
 def _hook(event, args):
     # "import ctypes" (done by sympy/mpmath) only opens the interpreter itself; looking up or

@@ -398,10 +398,13 @@ def main(argv=None) -> int:
                     help="the sweep's chosen weights (results/sweep_alpha/selected.json): label those rows val-chosen")
     a = ap.parse_args(argv)
     try:
+        from numlearn.provenance import check_output_dir
+
+        check_output_dir(a.out, "--out")
         res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol,
                         skip_bad=a.skip_bad, exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b),
                         selected=a.selected)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2
     print(res["markdown"])

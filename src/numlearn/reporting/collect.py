@@ -64,6 +64,35 @@ def check_one_recipe(recipes: dict[str, dict]) -> None:
                              "re-run the stale runs (make ... REUSE=1 finds them) or archive them out of the store")
 
 
+RESULT_KEY = ["experiment", "model", "loss", "alpha", "seed", "benchmark", "mode"]
+
+
+def _one_result_per_cell(df: pd.DataFrame) -> pd.DataFrame:
+    """Two files for the same run, benchmark and mode (a copied run dir, a re-evaluation beside the
+    old one): identical ones are one result (counted on stderr); differing ones are an error naming
+    both, never "whichever comes first"."""
+    import sys
+
+    key = df[RESULT_KEY].astype(str).apply(tuple, axis=1)
+    keep, dropped = [], 0
+    first: dict = {}
+    for i, k in enumerate(key):
+        if k not in first:
+            first[k] = i
+            keep.append(i)
+            continue
+        a, b = df.iloc[first[k]], df.iloc[i]
+        if a["correct_by_id"] != b["correct_by_id"] or a["accuracy"] != b["accuracy"] or \
+                a["distance_by_id"] != b["distance_by_id"]:
+            raise ValueError(f"two different results for {dict(zip(RESULT_KEY, k))}: {a['file']} and {b['file']}; "
+                             "keep the one you mean (delete or archive the other) and rebuild the table")
+        dropped += 1
+    if dropped:
+        print(f"[numlearn.reporting] {dropped} duplicate result file(s) (identical to another of the same run, "
+              "benchmark and mode) counted once", file=sys.stderr)
+    return df.iloc[keep].reset_index(drop=True)
+
+
 def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad: bool = False,
                  skipped: list | None = None) -> pd.DataFrame:
     """One row per result file. ``protocol``: take each generation's result under that protocol
@@ -77,6 +106,8 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             raise FileNotFoundError(f"{p}: no such result file or run directory; train and evaluate that run "
                                     "(make reproduce-table1 with its SEEDS) or leave it out")
         files.extend(sorted(p.rglob("result.json")) if p.is_dir() else [p])
+    seen: set = set()  # overlapping paths name a file once
+    files = [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
     rows, missing, recipes = [], [], {}
     for f0 in files:
         try:
@@ -113,7 +144,7 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
     if not rows:
         raise FileNotFoundError(f"no result.json under {[str(p) for p in paths]}; run numlearn.evaluate first")
     check_one_recipe(recipes)
-    df = pd.DataFrame(rows)
+    df = _one_result_per_cell(pd.DataFrame(rows))
     if df["protocol"].nunique() > 1:
         raise ValueError(f"results mix evaluation protocols {sorted(df['protocol'].unique())}; pass --protocol "
                          "strict or --protocol official (rescore with numlearn.evaluation.score --write)")

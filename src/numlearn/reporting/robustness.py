@@ -124,10 +124,13 @@ def main(argv=None) -> int:
     ap.add_argument("--big-boot", type=int, default=20000)
     a = ap.parse_args(argv)
     try:
+        from numlearn.provenance import check_output_dir
+
+        check_output_dir(a.out, "--out")
         df, _ = load_table_results(a.results, exclude_benchmarks=[b for b in a.exclude_benchmarks.split(",") if b],
                                    selected=a.selected)
         t = robustness(df, boot_seeds=a.boot_seeds, big_boot=a.big_boot)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line
         print(f"numlearn.reporting.robustness: error: {e}", file=sys.stderr)
         return 2
     if t.empty:

@@ -103,11 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", default=str(DEFAULT_STORE))
     a = ap.parse_args(argv)
     try:
+        from numlearn.provenance import check_output_dir
+
+        check_output_dir(a.store, "--store")
         missing = [s for s in a.sources if not Path(s).exists()]
         if missing:
             raise StoreError(f"{missing[0]} does not exist: train and evaluate the run first")
         print(f"[store] {a.store}: " + publish(a.sources, a.outputs, a.store).summary(), file=sys.stderr)
-    except StoreError as e:
+    except (StoreError, OSError, ValueError) as e:  # a file named as the store, a full disk: one line
         print(f"numlearn.reporting.store: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -128,10 +128,13 @@ def main(argv=None) -> int:
     ap.add_argument("--min-seeds", type=int, default=1, help="seeds every point needs before a weight is chosen")
     a = ap.parse_args(argv)
     try:
+        from numlearn.provenance import check_output_dir
+
+        check_output_dir(a.out, "--out")
         expect = parse_expect(a.expect)
         df = load_results(a.results)
         t = sweep_table(df)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line
         print(f"numlearn.reporting.sweep: error: {e}", file=sys.stderr)
         return 2
     out = Path(a.out)

@@ -26,7 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.provenance import provenance, write_json
-from numlearn.rundirs import recipe_sha, run_is_complete, training_recipe
+from numlearn.rundirs import damaged_weights, recipe_sha, run_is_complete, training_recipe
 from numlearn.training.launch import launch_info
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,9 @@ def check_run_options(cfg) -> None:
                          "(or ablation_qwen2.5-1.5b)")
     for key in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
         v = cfg.train.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "max_steps" else 1)):
-            raise ValueError(f"train.{key}={v!r} must be a positive integer")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            hint = " (null trains train.num_train_epochs epochs)" if key == "max_steps" else ""
+            raise ValueError(f"train.{key}={v!r} must be a positive integer{hint}")
     fused = cfg.train.get("fused_linear_loss")
     if fused not in FUSED_CHOICES:
         raise ValueError(f"train.fused_linear_loss={fused!r}; choose true, false or auto (on for the losses that have "
@@ -314,6 +315,9 @@ def train(cfg: DictConfig) -> Path:
     from transformers import set_seed
 
     run_dir = _abs(cfg.run_dir)
+    if (run_dir / "final").is_dir() and (bad := damaged_weights(run_dir / "final")):
+        print(f"[numlearn.train] {run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
+              "training again (from the last checkpoint, if any)", file=sys.stderr, flush=True)
     if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
         log.info("run already complete: %s (force=true to retrain)", run_dir)
         print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
