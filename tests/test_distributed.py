@@ -37,7 +37,10 @@ def _free_port() -> int:
 
 
 def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1",
+    """The parent's environment less any torch.distributed rendezvous variables (a stale WORLD_SIZE=8 made
+    a one-process run wait for seven peers: CI, 2026-12-03)."""
+    dist = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
+    return {**{k: v for k, v in os.environ.items() if k not in dist}, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1",
             "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 
 
@@ -240,8 +243,9 @@ def test_a_slurm_task_exports_its_rank_and_the_job_world_size(monkeypatch):
     pytest.importorskip("submitit")
     from numlearn.training.launch import DIST_VARS, export_submitit_distributed_env, launch_info
 
-    for k in DIST_VARS:
-        monkeypatch.delenv(k, raising=False)
+    for k in DIST_VARS:  # set then deleted, so monkeypatch restores them: the export writes os.environ itself
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     for k, v in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_NTASKS": "8",
                  "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
                  "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_STEP_NODELIST": "gpu[07-08]"}.items():

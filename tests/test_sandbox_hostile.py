@@ -29,8 +29,8 @@ for _o in gc.get_objects():
 """
 
 
-def _run(body: str, **kw):
-    r = run_program(BYPASS + body, **kw)
+def _run(body: str, hook: str = "bypassed", **kw):
+    r = run_program((BYPASS if hook == "bypassed" else "") + body, **kw)
     after = run_program("print(6 * 7)")
     assert after.ok and after.stdout.strip() == "42", f"the evaluator's next program failed: {after}"
     return r
@@ -294,24 +294,28 @@ def test_the_launcher_fails_closed(tmp_path):
 # ---------------------------------------------------------------- the host kernel (issue 29)
 # The evaluator often runs as root, and the sandbox's uid 65534 is then host root outside its user
 # namespace: each case below reached host state before (writes are of the value already there).
+# Each runs with the audit hook bypassed and with it on.
+HOOK = pytest.mark.parametrize("hook", ["bypassed", "on"])
 @pytest.mark.parametrize("how", ["open", "shell"])
 @pytest.mark.parametrize("sysctl", ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_ratio"])
-def test_host_sysctls_are_read_only(sysctl, how):
+@HOOK
+def test_host_sysctls_are_read_only(sysctl, how, hook):
     if how == "open":
         body = f"p = {sysctl!r}\nv = open(p).read()\nwith open(p, 'w') as f:\n    f.write(v)\nprint('WROTE')"
     else:  # the reported route: _posixsubprocess.fork_exec + /bin/sh, no audit event
         body = (f"import subprocess\nr = subprocess.run(['/bin/sh', '-c', 'cat {sysctl} > /tmp/v && "
                 f"cat /tmp/v > {sysctl} && echo WROTE'], capture_output=True, text=True)\nprint(r.stdout)")
     before = Path(sysctl).read_text()
-    _blocked(_run(body), "WROTE")
+    _blocked(_run(body, hook), "WROTE")
     assert Path(sysctl).read_text() == before
 
 
 @pytest.mark.parametrize("path", ["/proc/slabinfo", "/proc/kpageflags", "/proc/keys", "/proc/kallsyms"])
-def test_kernel_internals_are_not_readable(path):
+@HOOK
+def test_kernel_internals_are_not_readable(path, hook):
     if not Path(path).exists():
         pytest.skip(f"{path} does not exist on this kernel")
-    _blocked(_run(f"d = open({path!r}, 'rb').read(64)\nprint('READ', len(d))"), "READ 64", "READ 1")
+    _blocked(_run(f"d = open({path!r}, 'rb').read(64)\nprint('READ', len(d))", hook), "READ 64", "READ 1")
 
 
 def _syscall(nr_x86: int, nr_arm: int, *args: str) -> str:
@@ -321,7 +325,8 @@ def _syscall(nr_x86: int, nr_arm: int, *args: str) -> str:
             "print('RESULT', r, ctypes.get_errno())\n")
 
 
-def test_the_evaluators_session_keyring_is_not_inherited():
+@HOOK
+def test_the_evaluators_session_keyring_is_not_inherited(hook):
     import ctypes
     import platform
 
@@ -339,11 +344,11 @@ def test_the_evaluators_session_keyring_is_not_inherited():
                 "n = libc.syscall(nr, 11, k, buf, 64) if k > 0 else -1\n"
                 "print('GOT', buf.raw[:max(n, 0)])\n"
                 "print(open('/proc/keys').read())\n")
-        r = _run(body)
+        r = _run(body, hook)
         _blocked(r, "SECRET-KEY-4242", "numlearn-secret")
         # a key a program adds does not outlive it (add_key is refused outright)
-        r = _run(_syscall(248, 217, "b'user'", "b'left-behind'", "b'X'", "1", "-3"))
-        assert "RESULT -1 1" in r.stdout, r
+        r = _run(hook=hook, body=_syscall(248, 217, "b'user'", "b'left-behind'", "b'X'", "1", "-3"))
+        assert "RESULT -1 1" in r.stdout if hook == "bypassed" else not r.ok, r  # EPERM; the hook: no ctypes
     finally:
         libc.syscall({"x86_64": 250, "aarch64": 219}[platform.machine()], 3, serial)  # KEYCTL_REVOKE
 
@@ -353,31 +358,37 @@ def test_the_evaluators_session_keyring_is_not_inherited():
     _syscall(425, 425, "8", "0"),  # io_uring_setup
     _syscall(165, 40, "b'none'", "b'/tmp'", "b'cgroup2'", "0", "0"),  # mount cgroup2
 ])
-def test_nested_namespaces_io_uring_and_mounts_are_refused(attack):
-    r = _run(attack)
-    assert r.ok and "RESULT -1 1" in r.stdout, r  # EPERM
+@HOOK
+def test_nested_namespaces_io_uring_and_mounts_are_refused(attack, hook):
+    r = _run(attack, hook)
+    assert r.ok and "RESULT -1 1" in r.stdout if hook == "bypassed" else not r.ok, r  # EPERM; the hook: no ctypes
 
 
-def test_a_nested_user_namespace_cannot_be_made_through_clone():
+@HOOK
+def test_a_nested_user_namespace_cannot_be_made_through_clone(hook):
     body = ("import subprocess\nr = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c', "
             "'mkdir -p /tmp/cg && mount -t cgroup2 none /tmp/cg && mkdir /tmp/cg/numlearn-escape && echo MADE'], "
             "capture_output=True, text=True)\nprint(r.stdout, r.stderr)")
     if not Path("/usr/bin/unshare").exists():
         pytest.skip("no unshare(1) here")
-    _blocked(_run(body), "MADE")
+    _blocked(_run(body, hook), "MADE")
 
 
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "."])
-def test_writable_dirs_are_bounded_in_total(where):
+@HOOK
+def test_writable_dirs_are_bounded_in_total(where, hook):
     """Each file stays under RLIMIT_FSIZE (16 MB); together they pass the tmpfs bound (64 MB)."""
     body = (f"import os\nn = 0\ntry:\n    for i in range(12):\n        with open(os.path.join({where!r}, f'f{{i}}'), 'wb') as f:\n"
             "            f.write(b'0' * (10 << 20))\n        n += 1\nexcept OSError as e:\n    print('STOPPED', n, e)\n"
             "print('WROTE', n)")
-    r = _run(body, timeout_s=10)
-    assert "STOPPED" in r.stdout and "No space left" in r.stdout and "WROTE 12" not in r.stdout, r
+    r = _run(body, hook, timeout_s=10)
+    assert "STOPPED" in r.stdout and "WROTE 12" not in r.stdout, r
+    if hook == "bypassed" or where == ".":  # the hook refuses writes outside the working dir first
+        assert "No space left" in r.stdout, r
 
 
-def test_memory_is_bounded_per_sandbox_not_per_process():
+@HOOK
+def test_memory_is_bounded_per_sandbox_not_per_process(hook):
     """Five processes that each hold 400 MB (under memory_mb=1024 each could): the sandbox's memory
     cgroup (1024 MB + its tmpfs) kills enough of them that the rest fit (two at least)."""
     from numlearn.evaluation.sandbox import _cgroup_roots
@@ -388,15 +399,19 @@ def test_memory_is_bounded_per_sandbox_not_per_process():
             "    if pid == 0:\n        b = b'x' * (400 << 20)\n        os.write(w, b'h')\n        time.sleep(2)\n"
             "        os._exit(0)\n    kids.append(pid)\nos.close(w)\n"
             "killed = sum(os.waitpid(k, 0)[1] & 0x7f == 9 for k in kids)\nprint('KILLED', killed)")
-    r = _run(body, timeout_s=20, memory_mb=1024)
+    r = _run(body, hook, timeout_s=20, memory_mb=1024)
+    if hook == "on":  # the hook refuses os.fork
+        assert not r.ok and "KILLED" not in r.stdout, r
+        return
     assert "KILLED" in r.stdout and int(r.stdout.split("KILLED")[1]) >= 2, r
 
 
-def test_a_deep_tree_leaves_nothing_on_the_host():
+@HOOK
+def test_a_deep_tree_leaves_nothing_on_the_host(hook):
     import glob
 
     before = set(glob.glob("/tmp/numlearn-pot-*"))
-    r = _run("import os\np = '.'\nfor i in range(1500):\n    p = os.path.join(p, 'd')\n    os.mkdir(p)\nprint('deep')",
-             timeout_s=20)
-    assert r.ok and "deep" in r.stdout, r
+    r = _run(hook=hook, body="import os\np = '.'\nfor i in range(1500):\n    p = os.path.join(p, 'd')\n    os.mkdir(p)\nprint('deep')",
+             timeout_s=20 if hook == "bypassed" else 3)
+    assert r.ok and "deep" in r.stdout if hook == "bypassed" else True, r  # the hook's path checks are slow
     assert set(glob.glob("/tmp/numlearn-pot-*")) <= before
