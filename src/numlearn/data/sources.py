@@ -46,7 +46,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     if not p.exists():
         raise DataError(f"data file not found: {p}. Set paths.data_dir (or NUMLEARN_DATA_DIR) to the data "
-                        "root, see README 'Data'.")
+                        "root, see docs/data.md.")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
