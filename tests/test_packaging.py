@@ -69,11 +69,42 @@ def test_environment_yml_installs_under_the_lock():
     assert re.search(r"- -e \.\[[a-z,]*\btrain\b[a-z,]*\]", text) and "vllm" in text
 
 
-def test_make_setup_installs_under_the_lock():
-    r = subprocess.run(["make", "-n", "-B", ".venv/.installed"], cwd=REPO, capture_output=True, text=True)
-    assert "-c constraints.txt -e '.[dev]'" in r.stdout, r.stdout[-2000:]
-    r = subprocess.run(["make", "-n", "-B", "_torch", "PIP=pip"], cwd=REPO, capture_output=True, text=True)
-    assert f"torch=={_lock()['torch']}" in r.stdout
+def _env_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("numlearn_env_tool", REPO / "tools" / "env.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_make_setup_installs_torch_first_then_under_the_lock(monkeypatch, tmp_path):
+    """tools/env.py (what `make setup` runs): the lock's torch -- the CUDA build only where a GPU
+    answers, else the CPU build from a local wheelhouse or PyPI's CPU index -- then `.[dev]` under
+    constraints.txt."""
+    env = _env_tool()
+    calls = []
+
+    def run(argv, *, quiet=False, check=True, env=None):
+        calls.append([str(a) for a in argv])
+        return 1 if "--no-index" in calls[-1] else 0  # no local wheelhouse here
+    monkeypatch.setattr(env, "_run", run)
+    monkeypatch.setattr(env, "_new_venv", lambda v: (v / "bin" / "python", v / "bin" / "pip"))
+    monkeypatch.setattr(env.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    monkeypatch.setattr(env, "_has_gpu", lambda: False)
+    (tmp_path / "v" / "bin").mkdir(parents=True)
+    env.main(["venv", "--venv", str(tmp_path / "v")])
+    torch = f"torch=={_lock()['torch']}"
+    installs = [c for c in calls if "install" in c]
+    assert torch in installs[0] and "--no-index" in installs[0]  # the wheelhouse is tried first ...
+    assert torch in installs[1] and installs[1][installs[1].index("--index-url") + 1] == env.TORCH_CPU_INDEX
+    assert "--no-index" not in installs[1]  # ... then PyPI's CPU index, never the CUDA build
+    assert installs[2][-4:] == ["-c", str(REPO / "constraints.txt"), "-e", ".[dev]"]
+    assert (tmp_path / "v" / ".installed").exists()
+    calls.clear()
+    monkeypatch.setattr(env, "_has_gpu", lambda: True)
+    env.install_torch(Path("pip"))
+    assert calls == [["pip", "install", "-q", torch]]
 
 
 @pytest.mark.skipif(Path(sys.prefix).resolve() != (REPO / ".venv").resolve(), reason="the repo's .venv (make setup) only")

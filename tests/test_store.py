@@ -1,5 +1,5 @@
 """The committed result store: publish copies result files only, says when numbers changed, and
-``rundirs --pending`` finds exactly the seeds a REUSE=1 run still has to train."""
+``pipeline pending`` finds exactly the seeds a REUSE=1 run still has to train."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from numlearn import rundirs
+from numlearn import pipeline, rundirs
+from numlearn.pipeline import configured_run_roots
 from numlearn.reporting import store
 from numlearn.reporting.collect import load_results
-from numlearn.rundirs import configured_run_roots
 
 RUN = Path("table1_tiny/tiny/del/alpha=0.1")
 
@@ -86,18 +86,18 @@ def test_pending_names_the_seeds_without_a_usable_stored_result(tmp_path, capsys
     _write(st, 2, correct=[1], limit=10)                  # nor a result on the first 10 problems
     _write(st, 3, correct=[1])
     why = {}
-    assert rundirs.pending_seeds([*VAL, "seed=0,1,2,3,4"], st, report=why.__setitem__) == [1, 2, 4]
+    assert pipeline.pending_seeds([*VAL, "seed=0,1,2,3,4"], st, report=why.__setitem__) == [1, 2, 4]
     assert "protocol official" in why[1] and "problem limit 10" in why[2] and "no result" in why[4]
-    assert rundirs.main(["--pending", "--store", str(st), *VAL, "seed=0,1,3"]) == 0
+    assert pipeline.main(["pending", "--store", str(st), *VAL, "seed=0,1,3"]) == 0
     assert capsys.readouterr().out.strip() == "1"
     # the test evaluation wants synthetic_test and synthetic_ood, CoT and PoT: seed 0 has none of them
     test = [v for v in VAL if not v.startswith("eval=")]
     for bench in ("synthetic_test", "synthetic_ood"):
         _write(st, 5, bench=bench, mode="cot", correct=[1])
-    assert rundirs.pending_seeds([*test, "seed=0,5"], st) == [0, 5]
+    assert pipeline.pending_seeds([*test, "seed=0,5"], st) == [0, 5]
     for bench in ("synthetic_test", "synthetic_ood"):
         _write(st, 5, bench=bench, mode="pot", correct=[1])
-    assert rundirs.pending_seeds([*test, "seed=0,5"], st) == [0]
+    assert pipeline.pending_seeds([*test, "seed=0,5"], st) == [0]
 
 
 def test_pending_counts_a_result_trained_under_another_recipe_as_missing(tmp_path):
@@ -114,7 +114,7 @@ def test_pending_counts_a_result_trained_under_another_recipe_as_missing(tmp_pat
     _write(st, 3, correct=[1], recipe=old)
     _write(st, 4, correct=[1], recipe=_recipe(0))  # seed 0's recipe under seed 4's path
     why = {}
-    assert rundirs.pending_seeds([*VAL, "seed=0,1,2,3,4"], st, report=why.__setitem__) == [0, 1, 3, 4]
+    assert pipeline.pending_seeds([*VAL, "seed=0,1,2,3,4"], st, report=why.__setitem__) == [0, 1, 3, 4]
     assert "train.max_steps: 7 -> " in why[0] and "train.learning_rate" in why[1]
     assert "train.sampling: None -> 'random'" in why[3] and "seed: 0 -> 4" in why[4]
     # a result file from before run.json recorded its recipe is judged by the config it was evaluated with
@@ -122,10 +122,10 @@ def test_pending_counts_a_result_trained_under_another_recipe_as_missing(tmp_pat
     del legacy["run"]["recipe"]
     legacy["config"].update({k: v for k, v in _recipe(2).items()})
     (st / RUN / "seed=2/eval/synthetic_val/cot/result.json").write_text(json.dumps(legacy))
-    assert rundirs.pending_seeds([*VAL, "seed=2"], st) == []
+    assert pipeline.pending_seeds([*VAL, "seed=2"], st) == []
     legacy["config"]["train"]["max_steps"] = 10
     (st / RUN / "seed=2/eval/synthetic_val/cot/result.json").write_text(json.dumps(legacy))
-    assert rundirs.pending_seeds([*VAL, "seed=2"], st) == [2]
+    assert pipeline.pending_seeds([*VAL, "seed=2"], st) == [2]
 
 
 def test_rundirs_prints_seed_directories_in_the_store():
@@ -141,8 +141,8 @@ def test_an_empty_seed_list_is_an_error_not_every_stored_seed(override, capsys):
     with pytest.raises(ValueError, match="names no seed"):
         configured_run_roots(["experiment=table1_tiny", "loss=mle", override])
     with pytest.raises(ValueError, match="names no seed"):
-        rundirs.pending_seeds(["experiment=table1_tiny", "loss=mle", override], "results/runs")
-    assert rundirs.main(["experiment=table1_tiny", "loss=mle", override]) == 2
+        pipeline.pending_seeds(["experiment=table1_tiny", "loss=mle", override], "results/runs")
+    assert pipeline.main(["runs", "experiment=table1_tiny", "loss=mle", override]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "names no seed" in err
 
@@ -153,19 +153,22 @@ def test_a_missing_run_is_an_error_not_a_smaller_table(tmp_path):
         load_results([tmp_path / RUN / "seed=0", tmp_path / RUN / "seed=1"])
 
 
-def test_run_row_with_reuse_skips_a_row_the_store_already_holds(tmp_path):
-    """REUSE=1 asks the store first: every seed stored -> nothing trained, nothing evaluated."""
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
+def test_reuse_skips_a_row_the_store_already_holds(tmp_path):
+    """--reuse asks the store first: every seed stored -> no job (nothing trained, nothing evaluated)."""
     st = tmp_path / "store"
     for seed in (0, 1):
         _write(st, seed, correct=[1])
-    env = {**os.environ, "REUSE": "1", "NUMLEARN_STORE": str(st), "NUMLEARN_OUTPUT_DIR": str(tmp_path / "outputs")}
-    p = subprocess.run(["bash", str(root / "experiments/run_row.sh"), sys.executable, "0,1", "del:0.1",
-                        "eval=synthetic_val"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert "[del:0.1] every seed has stored results (REUSE=1): nothing to run" in p.stdout
+    said = []
+    jobs = pipeline.plan_rows([pipeline.Row("del", 0.1)], [0, 1], experiment="table1_tiny",
+                              evaluate_overrides=["eval=synthetic_val"], store=st, outputs=tmp_path / "outputs",
+                              reuse=True, say=said.append)
+    assert jobs == [] and said == ["[del:0.1 eval=synthetic_val] every seed has stored results (--reuse): nothing to run"]
     assert not (tmp_path / "outputs").exists()
+    (st / RUN / "seed=1/eval/synthetic_val/cot/result.json").unlink()
+    said.clear()
+    (job,) = pipeline.plan_rows([pipeline.Row("del", 0.1)], [0, 1], experiment="table1_tiny",
+                                evaluate_overrides=["eval=synthetic_val"], store=st, outputs=tmp_path / "outputs",
+                                reuse=True, say=said.append)
+    assert said[-1] == "[del:0.1 eval=synthetic_val] seeds without stored results: 1"
+    assert [p for p, _ in job.steps] == ["train", "evaluate synthetic_val", "publish"]
+    assert "seed=1" in job.steps[0][1] and "eval=synthetic_val" in job.steps[1][1]

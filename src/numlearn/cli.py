@@ -78,27 +78,6 @@ def require_extra(modules: tuple[str, ...], extra: str, prog: str) -> None:
                  f"(pip install 'numlearn[{extra}]', or `make setup` in a clone for the pinned set)")
 
 
-def train_main() -> None:
-    require_extra(("hydra", "omegaconf", "transformers", "datasets", "wandb"), "train", "numlearn-train")
-    from numlearn.train import main
-
-    main()
-
-
-def evaluate_main() -> None:
-    require_extra(("hydra", "omegaconf", "transformers", "tqdm"), "eval", "numlearn-evaluate")
-    from numlearn.evaluate import main
-
-    main()
-
-
-def aggregate_main() -> None:
-    require_extra(("pandas", "numpy", "omegaconf"), "eval", "numlearn-aggregate")
-    from numlearn.reporting.aggregate import main
-
-    main()
-
-
 def _check_added_key(root: Path, dotted: str, prog: str) -> None:
     """``+train.max_stepz=3`` adds a key no code reads: exit with one line (and the nearest known key)
     when ``group.key`` names a config group whose files define no such key. ``++`` forces it."""

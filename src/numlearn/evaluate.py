@@ -73,6 +73,8 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                                            "aux_effective_weight", "harness", "aux_normalization", "ce_normalization",
                                            "templates", "heldout",
                                            "recipe", "recipe_sha")}
+        if rj.get("loss_tag"):
+            run_meta["loss_tag"] = rj["loss_tag"]  # the row's name (del_paper), beside the loss's
         run_meta["train_git"] = rj.get("git")
     else:
         run_meta = {"experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,

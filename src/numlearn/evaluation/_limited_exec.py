@@ -29,6 +29,18 @@ def _new_session_keyring() -> None:
         raise OSError(ctypes.get_errno(), "keyctl(JOIN_SESSION_KEYRING) failed")
 
 
+def rlimit_table(limits: dict) -> list:
+    """The resource limits of one sandboxed program, ``(RLIMIT name, value)`` (soft = hard): the one
+    table both the launcher and the fallback runner set."""
+    return [("RLIMIT_CPU", limits["cpu"]), ("RLIMIT_AS", limits["mem"]), ("RLIMIT_FSIZE", limits["fsize"]),
+            ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0)]
+
+
+def set_rlimits(limits: dict) -> None:
+    for name, val in rlimit_table(limits):
+        resource.setrlimit(getattr(resource, name), (val, val))
+
+
 def main() -> None:
     try:
         limits, cgroup, sep, argv = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
@@ -38,13 +50,12 @@ def main() -> None:
             with open(os.path.join(group, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
         _new_session_keyring()
-        for name, val in (("RLIMIT_CPU", limits["cpu"]), ("RLIMIT_AS", limits["mem"]),
-                          ("RLIMIT_FSIZE", limits["fsize"]), ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0)):
-            resource.setrlimit(getattr(resource, name), (val, val))
+        set_rlimits(limits)
     except Exception as e:  # noqa: BLE001 - fail closed, whatever went wrong
         sys.stderr.write(f"sandbox launcher: {type(e).__name__}: {e}\n")
         os._exit(96)
     os.execvp(argv[0], argv)
 
 
-main()
+if __name__ == "__main__":
+    main()

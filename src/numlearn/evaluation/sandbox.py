@@ -51,6 +51,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import count
 
+from ._limited_exec import set_rlimits
+
 CLONE_NEWNET = 0x40000000
 # An otherwise unused uid/gid for sandboxed programs when running as root (fallback only).
 SANDBOX_UID = int(os.environ.get("NUMLEARN_SANDBOX_UID", "61513"))
@@ -367,7 +369,7 @@ def isolation_status() -> tuple[bool, str]:
 def _preexec(limits: dict[str, int], as_root: bool, drop_uid: bool):
     def fn():
         os.setsid()
-        _set_rlimits(limits)
+        set_rlimits(limits)
         if as_root:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.unshare(CLONE_NEWNET) != 0:
@@ -524,13 +526,6 @@ def _workdir(code: str, start: _Start | None = None) -> str:
         with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
             f.write(text)
     return tmp
-
-
-def _set_rlimits(limits: dict[str, int]) -> None:
-    for res, val in ((resource.RLIMIT_CPU, limits["cpu"]), (resource.RLIMIT_AS, limits["mem"]),
-                     (resource.RLIMIT_FSIZE, limits["fsize"]), (resource.RLIMIT_NOFILE, 64),
-                     (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(res, (val, val))
 
 
 def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how,

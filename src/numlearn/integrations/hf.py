@@ -63,9 +63,9 @@ class LossBridge:
     """
 
     def __init__(self, loss_fn: TokenLoss, fused_linear: bool = False, chunk_size: int = 1024) -> None:
-        if fused_linear and not hasattr(loss_fn, "from_hidden"):
-            raise ValueError(f"train.fused_linear_loss=true needs a loss with a linear form (mle, ntl, dist2, del); "
-                             f"{getattr(loss_fn, 'name', loss_fn)} works on full logits only")
+        if fused_linear and not getattr(loss_fn, "has_linear_form", False):
+            raise ValueError(f"train.fused_linear_loss=true needs a loss with a linear form (has_linear_form: "
+                             f"from_hidden); {getattr(loss_fn, 'name', loss_fn)} works on full logits only")
         self.loss_fn = loss_fn
         self.fused_linear, self.chunk_size = bool(fused_linear), int(chunk_size)
         self.managed = False  # a NumlearnTrainerMixin supplies the step's counts

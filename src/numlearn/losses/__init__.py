@@ -21,7 +21,7 @@ from .base import (
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
 from .linear import LogitTransform
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
-from .registry import LOSSES, build_loss
+from .registry import LOSSES, LossCapabilities, build_loss, capabilities
 from .spans import (
     IGNORE_INDEX,
     DigitTargets,
@@ -40,5 +40,5 @@ __all__ = [
     "AUX_NORMALIZATIONS", "CE_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
     "build_loss", "count_digit_targets", "digit_summary", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
-    "shift_targets", "LogitTransform", "StepCounts", "backward_scale", "count_examples", "count_targets", "example_ids", "step_counts", "to_targets",
+    "shift_targets", "LogitTransform", "LossCapabilities", "capabilities", "StepCounts", "backward_scale", "count_examples", "count_targets", "example_ids", "step_counts", "to_targets",
 ]

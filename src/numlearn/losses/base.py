@@ -166,6 +166,13 @@ class TokenLoss:
 
     #: the loss has a numeric term whose normalisation needs the step's digit count
     has_numeric_term = False
+    # What the loss can do, declared here so that no code outside losses/ decides by its name
+    # (``capabilities(name)``): a hidden-state form (``from_hidden``: the fused linear loss), the
+    # digit vocabulary it cannot work without (else statistics only, where the tokenizer has one),
+    # and the model's output embeddings (``bind_model`` before the first step).
+    has_linear_form: bool = False
+    needs_digit_vocab: bool = False
+    needs_model_embeddings: bool = False
 
     ce_normalization = "token"
 
@@ -212,6 +219,9 @@ class DigitLoss(TokenLoss):
     script: effective weight ``alpha * GA * W``); ``microbatch_mean`` also divides by
     ``num_microbatches_in_step`` (official CodeLlama/Mistral script: effective weight ``alpha``).
     """
+
+    has_linear_form = True
+    needs_digit_vocab = True
 
     def __init__(self, vocab: DigitVocab, alpha: float, aux_normalization: str = "step",
                  float_spans: bool = True, ce_normalization: str = "token") -> None:

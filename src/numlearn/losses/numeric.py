@@ -22,6 +22,7 @@ class MLELoss(DigitLoss):
     digits (``vocab=None``) it is plain CE without digit statistics."""
 
     name = "mle"
+    needs_digit_vocab = False  # digit statistics only, where the tokenizer has single-digit tokens
 
     def __init__(self, vocab: DigitVocab | None, aux_normalization: str = "step",
                  ce_normalization: str = "token") -> None:

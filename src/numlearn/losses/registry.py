@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,6 +20,29 @@ LOSSES: dict[str, type[TokenLoss]] = {
     "mixce": MixCELoss,
     "emo": EMOLoss,
 }
+
+
+@dataclass(frozen=True)
+class LossCapabilities:
+    """What a loss can do, from its class's declarations (``TokenLoss``)."""
+
+    name: str
+    linear_form: bool  # from_hidden: the fused linear loss, no [B, T, V] logits
+    needs_digit_vocab: bool  # refuses a tokenizer without single-digit tokens
+    needs_model_embeddings: bool  # bind_model(model) before the first step
+    numeric_term: bool  # a weighted numeric term (alpha): the step's digit count matters
+
+
+def capabilities(name: str) -> LossCapabilities:
+    key = str(name).lower()
+    if key not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; choose one of {sorted(LOSSES)}")
+    cls = LOSSES[key]
+    import inspect
+
+    weighted = "alpha" in inspect.signature(cls.__init__).parameters
+    return LossCapabilities(key, bool(cls.has_linear_form), bool(cls.needs_digit_vocab),
+                            bool(cls.needs_model_embeddings), weighted)
 
 
 def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, **options: Any) -> TokenLoss:
@@ -64,7 +88,7 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
                          "the step's digit-mean term; numlearn.losses.effective_weight converts the official "
                          "scripts' weights)")
     # Losses without a digit term only need the digit ids for logging; they work with any tokenizer.
-    if key in ("mle", "mixce", "emo"):
+    if not cls.needs_digit_vocab:
         try:
             vocab = digit_token_ids(tokenizer)
         except ValueError:
@@ -72,6 +96,6 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
     else:
         vocab = digit_token_ids(tokenizer)
     loss = cls(vocab, **options)
-    if key == "emo" and model is not None and loss.embedding is None:
+    if cls.needs_model_embeddings and model is not None and getattr(loss, "embedding", None) is None:
         loss.bind_model(model)
     return loss

@@ -21,6 +21,11 @@ from .spans import IGNORE_INDEX, number_spans, to_targets
 
 
 class _FullSoftmaxLoss(TokenLoss):
+    """Losses over the full softmax (no hidden-state form); digit ids for statistics only."""
+
+    has_linear_form = False
+    needs_digit_vocab = False
+
     def _prepare(self, logits, labels, labels_shifted=False):
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
@@ -109,6 +114,8 @@ class EMOLoss(_FullSoftmaxLoss):
     """
 
     name = "emo"
+
+    needs_model_embeddings = True
 
     def __init__(self, vocab: DigitVocab | None, output_embeddings: torch.Tensor | None = None,
                  form: str = "official") -> None:

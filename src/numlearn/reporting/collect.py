@@ -127,7 +127,7 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             continue
         rows.append({
             "file": str(f), "experiment": run.get("experiment"), "model": run.get("model"),
-            "loss": run.get("loss") or "?", "alpha": run.get("alpha"), "seed": run.get("seed"),
+            "loss": run.get("loss_tag") or run.get("loss") or "?", "alpha": run.get("alpha"), "seed": run.get("seed"),
             "protocol": r.get("protocol", "strict"),
             "benchmark": b["name"], "mode": r["mode"], "kind": b.get("kind"), "column": column_name(b["name"], r["mode"]),
             "accuracy": m["accuracy"], "n": m["n"], "numerical_distance": m.get("numerical_distance"),

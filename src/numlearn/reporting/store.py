@@ -9,8 +9,8 @@ several sittings, and a re-run that publishes over a stored file says whether it
 
     python -m numlearn.reporting.store publish outputs/table1_tiny/tiny/del/alpha=0.1 [--store results/runs]
 
-Which seeds the store still lacks is a question about configs, so it lives with them:
-``python -m numlearn.rundirs --pending ...`` (``make ... REUSE=1`` trains and evaluates only those).
+Which seeds the store still lacks is a question about configs, so the orchestrator asks it:
+``python -m numlearn.pipeline pending ...`` (``make ... REUSE=1`` trains and evaluates only those).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from numlearn.losses import LOSSES, capabilities
 from numlearn.provenance import provenance, write_json
 from numlearn.rundirs import damaged_weights, recipe_sha, run_is_complete, training_recipe
 from numlearn.training.launch import launch_info
@@ -37,8 +38,9 @@ def _abs(p) -> Path:
 
 
 def loss_options(loss_cfg) -> dict:
-    """Keyword arguments of ``build_loss`` from a ``conf/loss`` node (all keys but ``name``)."""
-    return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k != "name"}
+    """Keyword arguments of ``build_loss`` from a ``conf/loss`` node (all keys but ``name`` and
+    ``tag``, the name of a loss config that varies a loss's options: it names the run dir)."""
+    return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k not in ("name", "tag")}
 
 
 
@@ -135,15 +137,14 @@ def official_weight_check(cfg, plan: RunPlan) -> dict:
 
 SAMPLINGS = ("random", "group_by_length")
 FUSED_CHOICES = (True, False, "auto", None)
-LOGITS_ONLY_LOSSES = ("mixce", "emo")
 
 
 def uses_fused_linear_loss(cfg) -> bool:
-    """``train.fused_linear_loss``: true, false, or auto = on for every loss with a linear form
-    (MLE, NTL, DIST2, DEL), off for the logits-only ones (MixCE, EMO)."""
+    """``train.fused_linear_loss``: true, false, or auto = on for every loss that declares a linear
+    form (``numlearn.losses.capabilities``: MLE, NTL, DIST2, DEL), off for the others (MixCE, EMO)."""
     fused = cfg.train.get("fused_linear_loss")
     if fused == "auto":
-        return str(cfg.loss.name) not in LOGITS_ONLY_LOSSES
+        return capabilities(str(cfg.loss.name)).linear_form
     return bool(fused)
 
 
@@ -161,9 +162,10 @@ def check_run_options(cfg) -> None:
     if fused not in FUSED_CHOICES:
         raise ValueError(f"train.fused_linear_loss={fused!r}; choose true, false or auto (on for the losses that have "
                          "a linear form)")
-    if fused is True and str(cfg.loss.name) in LOGITS_ONLY_LOSSES:
+    if fused is True and not capabilities(str(cfg.loss.name)).linear_form:
+        linear = sorted(n for n in LOSSES if capabilities(n).linear_form)
         raise ValueError(f"train.fused_linear_loss=true: loss={cfg.loss.name} works on full logits only; "
-                         "use mle, ntl, dist2 or del, or set it to false (or auto)")
+                         f"use {', '.join(linear)}, or set it to false (or auto)")
     if fused is not False and cfg.train.get("fsdp") and int((cfg.train.get("fsdp_config") or {}).get("version", 2)) == 1:
         raise ValueError("train.fused_linear_loss with FSDP1 (train.fsdp_config.version=1) is untested: FSDP1's flat "
                          "parameters are not the head weight outside its forward; use FSDP2 (version 2) or set it to false")
@@ -239,6 +241,7 @@ def plan_run(cfg) -> RunPlan:
 def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
     return {
         "status": status, "experiment": cfg.experiment_name, "model": cfg.model.name, "loss": cfg.loss.name,
+        **({"loss_tag": str(v)} if (v := cfg.loss.get("tag")) else {}),
         "alpha": cfg.loss.get("alpha"), "seed": int(cfg.seed), "run_dir": str(plan.run_dir),
         "loss_repr": repr(plan.loss_fn),
         "harness": cfg.get("harness_name", "numlearn"),
@@ -378,7 +381,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
               f"max_length={tcfg.max_length}", flush=True)
     model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed))
-    if hasattr(loss_fn, "bind_model"):
+    if loss_fn.needs_model_embeddings:
         loss_fn.bind_model(model)  # EMO's cost: the output embedding at initialisation
     if tcfg.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable()

@@ -1,0 +1,682 @@
+"""The orchestrator: rows x seeds -> train -> evaluate -> publish into the store -> tables.
+
+    python -m numlearn.pipeline table1 --seeds 8 --jobs 4 --reuse     # make reproduce-table1 SEEDS=8 REUSE=1
+    python -m numlearn.pipeline tables --seeds 0-7 --out results/table1_tiny
+    python -m numlearn.pipeline tables --seeds 8 --from-seed 3 --out results/table1_tiny/unswept_seeds
+    python -m numlearn.pipeline sweep --seeds 3 --jobs 4 --reuse      # make sweep-alpha
+    python -m numlearn.pipeline sweep-report --seeds 3
+    python -m numlearn.pipeline ablation --seeds 8 --jobs 2 --reuse   # make ablation-tiny SEEDS=8 REUSE=1
+    python -m numlearn.pipeline runs experiment=table1_tiny loss=mle,del seed=0,1      # run dirs from the configs
+    python -m numlearn.pipeline pending --store results/runs experiment=table1_tiny loss=del seed=0-7
+
+A **row** is a loss with optional weight and extra overrides, written ``loss[:alpha][+key=value...]``
+(``del``, ``del:1.28``, ``del:1.28+loss.form=paper``); without an alpha the loss's configured weight
+applies (``conf/loss``, ``conf/experiment``). **Seeds**: ``8`` = seeds 0..7, ``3-7`` a range,
+``0,2,5`` a list. Each (row, seed) is one job (train, evaluate, publish its result files into the
+store as soon as it ends); ``--jobs`` jobs run at once, each training on the preset's thread count, so the numbers do not
+depend on ``--jobs``. A job's output goes to ``<outputs>/pipeline/<row>_seed=<s>.log``; the console shows one line per
+running job. Every step resumes (training from its last checkpoint, generation from its JSONL), so
+an interrupted command is re-run as it was. ``--reuse`` trains only the seeds the store lacks a usable
+result for (missing, or trained under another recipe: the reason is printed).
+
+This module sits above everything (it plans from the configs, reads the store and calls the
+reporting tools); nothing imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from numlearn.rundirs import recipe_differences, seed_list, training_recipe
+
+EXPERIMENT = "table1_tiny"
+TABLE1_LOSSES = ("mle", "ntl", "dist2", "del")
+STORE = Path("results/runs")
+OUTPUTS = Path("outputs")
+TABLE1_OUT = Path("results/table1_tiny")
+SWEEP_OUT = Path("results/sweep_alpha")
+SELECTED = SWEEP_OUT / "selected.json"
+VAL_EVAL = "eval=synthetic_val"
+VAL_COLUMN = "synthetic_val (cot)"
+TEST_EXCLUDE = "synthetic_val"  # the split weights are chosen on never enters Table 1
+# Each numeric loss on the effective scale: the official weight x 1/128, 1/12.8, 1/4, 1, 2; DIST2 two
+# points lower as well (under recipe 1 its best point was the grid's lowest: results/archive).
+SWEEP_GRID = {"del": (0.01, 0.1, 0.32, 1.28, 2.56), "ntl": (0.1, 1.0, 3.2, 12.8, 25.6),
+              "dist2": (0.1, 0.32, 1.0, 10.0, 32.0, 128.0, 256.0)}
+# The ablation of DEL's parts (issue 27), on the Table 1 recipe and store: the code form (loss=del,
+# the default), the paper's form, no place weights, and the paper's ablation rows MixCE and EMO, at
+# the official effective weight; each form again at the weight its validation sweep chooses, on a grid
+# that reaches below the Table 1 sweep's lowest point (0.01, where that sweep chose).
+ABLATION_ROWS = ("mle", "del", "del_paper", "del_nopw", "mixce", "emo")
+ABLATION_GRID = {"del": (0.001, 0.003, 0.01, 0.1, 0.32, 1.28, 2.56), "del_paper": (0.001, 0.01, 0.1, 0.32, 1.28)}
+ABLATION_OUT = Path("results/ablation_tiny")
+MIN_SEEDS_FOR_ROBUSTNESS = 3  # a significance call needs 3 seeds a side
+
+
+class PipelineError(ValueError):
+    """A plan that cannot run: one line naming the problem and the fix."""
+
+
+# -- what to run ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    loss: str
+    alpha: float | None = None
+    extra: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, spec: str) -> Row:
+        head, *extra = spec.split("+")
+        loss, _, alpha = head.partition(":")
+        if not re.fullmatch(r"[a-z0-9_]+", loss):
+            raise PipelineError(f"row {spec!r}: write loss[:alpha][+key=value...], e.g. del:1.28+loss.form=paper")
+        try:
+            a = float(alpha) if alpha else None
+        except ValueError:
+            raise PipelineError(f"row {spec!r}: alpha {alpha!r} is not a number") from None
+        for e in extra:
+            if "=" not in e:
+                raise PipelineError(f"row {spec!r}: {e!r} is not a key=value override")
+        return cls(loss, a, tuple(extra))
+
+    @property
+    def label(self) -> str:
+        head = self.loss if self.alpha is None else f"{self.loss}:{_fmt(self.alpha)}"
+        return "+".join((head, *self.extra))
+
+    def overrides(self) -> list[str]:
+        return [f"loss={self.loss}", *([f"loss.alpha={_fmt(self.alpha)}"] if self.alpha is not None else []),
+                *self.extra]
+
+
+def _fmt(x: float) -> str:
+    """A weight as the run dirs spell it (``alpha=1.0``, ``alpha=0.01``): Hydra reads ``1`` as an int."""
+    return repr(float(x))
+
+
+def parse_seeds(spec: str | int) -> list[int]:
+    """``8`` -> 0..7 (a count, as ``SEEDS=8``), ``3-7`` -> 3..7, ``0,2,5`` -> those."""
+    s = str(spec).strip()
+    if re.fullmatch(r"\d+", s):
+        n = int(s)
+        if n < 1:
+            raise PipelineError(f"--seeds {s}: give at least one seed (a count, a-b or a,b,c)")
+        return list(range(n))
+    if m := re.fullmatch(r"(\d+)-(\d+)", s):
+        a, b = int(m.group(1)), int(m.group(2))
+        if b < a:
+            raise PipelineError(f"--seeds {s}: the range is empty (write low-high)")
+        return list(range(a, b + 1))
+    try:
+        return seed_list(f"seed={s}")
+    except ValueError as e:
+        raise PipelineError(f"--seeds {s}: {e}") from None
+
+
+def seeds_arg(seeds: list[int]) -> str:
+    return ",".join(map(str, seeds))
+
+
+def selected_rows(path: Path = SELECTED) -> list[Row]:
+    """The sweep's validation-chosen weights as rows (none before ``sweep`` has chosen)."""
+    if not path.is_file():
+        return []
+    try:
+        chosen = json.loads(path.read_text())
+        return [Row(loss, float(v["alpha"])) for loss, v in chosen.items()]
+    except (ValueError, KeyError, TypeError) as e:
+        raise PipelineError(f"{path} is not the sweep's selected.json ({e}): rerun `make sweep-report`") from None
+
+
+def sweep_rows(grid: dict[str, tuple[float, ...]]) -> list[Row]:
+    return [Row("mle")] + [Row(loss, a) for loss, alphas in grid.items() for a in alphas]
+
+
+def parse_grid(items: list[str]) -> dict[str, tuple[float, ...]]:
+    grid = dict(SWEEP_GRID)
+    for it in items:
+        loss, _, vals = it.partition("=")
+        try:
+            grid[loss] = tuple(float(v) for v in vals.split(",") if v)
+        except ValueError:
+            raise PipelineError(f"--grid {it!r}: write loss=a,b,c with numbers") from None
+        if not grid[loss]:
+            raise PipelineError(f"--grid {it!r} names no weight")
+    return grid
+
+
+# -- the configs: run dirs and the store ----------------------------------------------------------
+def _compose(config: str, overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.cli import conf_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        return compose(config, overrides=overrides)
+
+
+def configured_run_roots(overrides: list[str]) -> list[Path]:
+    """One run root (seed level stripped) per value of a comma-separated ``loss=`` override; with a
+    ``seed=`` override (``seed=0,1,2``), the run directories of those seeds instead."""
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.cli import conf_dir
+
+    losses, seeds, rest = ["mle"], None, []
+    for o in overrides:
+        if o.startswith("loss="):
+            losses = o.split("=", 1)[1].split(",")
+        elif o.startswith("seed="):
+            seeds = parse_seeds(o.split("=", 1)[1]) if re.fullmatch(r"seed=\d+-\d+", o) else seed_list(o)
+        else:
+            rest.append(o)
+    out = []
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        for loss in losses:
+            for seed in seeds or [None]:
+                cfg = compose("config", overrides=[*rest, f"loss={loss}", *([f"seed={seed}"] if seeds else [])])
+                out.append(Path(cfg.run_dir) if seeds else Path(cfg.run_dir).parent)
+    return out
+
+
+def stored_result_problem(d: Path, protocol: str, limit, recipe: dict) -> str | None:
+    """Why the store's result in ``d`` (``.../eval/<benchmark>/<mode>``) cannot stand for this run;
+    None when it can."""
+    from numlearn.reporting.store import read_result
+
+    found = [f for f in (d / "result.json", d / f"result.{protocol}.json") if f.exists()]
+    if not found:
+        return "no result"
+    why = []
+    for f in found:
+        r = read_result(f)
+        if r.get("protocol", "strict") != protocol:
+            why.append(f"protocol {r.get('protocol', 'strict')}")
+            continue
+        if ((r.get("config") or {}).get("eval") or {}).get("limit") != limit:
+            why.append(f"problem limit {((r.get('config') or {}).get('eval') or {}).get('limit')}")
+            continue
+        # the recipe the model was trained with (run.json, through the evaluator); older result
+        # files have only the evaluation's composed config, which names the same sections
+        stored = training_recipe((r.get("run") or {}).get("recipe") or r.get("config") or {})
+        diff = recipe_differences(stored, recipe)
+        if diff:
+            why.append("trained with another recipe (" + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "") + ")")
+            continue
+        return None
+    return ", ".join(why)
+
+
+def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[int]:
+    """The seeds of ``overrides`` (``seed=0,1,2``) without a usable stored result for every
+    benchmark and mode of their ``eval`` config (``stored_result_problem``). ``report(seed, why)``
+    hears the reason for each."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from numlearn.cli import conf_dir
+    from numlearn.evaluation.spec import BenchmarkSpec
+
+    seeds, rest = [0], []
+    for o in overrides:
+        if o.startswith("seed="):
+            seeds = parse_seeds(o.split("=", 1)[1]) if re.fullmatch(r"seed=\d+-\d+", o) else seed_list(o)
+        else:
+            rest.append(o)
+    store = Path(store)
+    todo = []
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        for seed in seeds:
+            cfg = compose("evaluate", overrides=[*rest, f"seed={seed}"])
+            outputs = Path(str(cfg.paths.output_dir)).resolve()
+            try:
+                rel = Path(str(cfg.eval_dir)).resolve().relative_to(outputs)
+            except ValueError:
+                raise ValueError(f"eval_dir {cfg.eval_dir} is outside paths.output_dir {outputs}: the store mirrors "
+                                 "the output directory, so leave eval_dir at its default") from None
+            ecfg = cfg.eval
+            limit = OmegaConf.to_container(ecfg).get("limit")
+            protocol = str(ecfg.get("protocol", "strict"))
+            recipe = training_recipe(cfg)
+            problems = {f"{name}/{mode}": stored_result_problem(store / rel / name / mode, protocol, limit, recipe)
+                        for name, bcfg in ecfg.benchmarks.items()
+                        for mode in BenchmarkSpec.from_config(bcfg).modes(ecfg.modes)}
+            bad = {k: v for k, v in problems.items() if v is not None}
+            if bad:
+                todo.append(seed)
+                if report:
+                    report(seed, "; ".join(f"{k}: {v}" for k, v in bad.items()))
+    return todo
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One row: its steps run one after another, their output appended to ``log``."""
+
+    name: str
+    steps: list[tuple[str, list[str]]]  # (phase, argv)
+    log: Path
+    phase: str = "waiting"
+    started: float | None = None
+    ended: float | None = None
+    rc: int | None = None
+    note: str = ""
+    procs: list = field(default_factory=list)
+
+    def status_line(self, now: float) -> str:
+        t = f"{(self.ended or now) - self.started:5.0f} s" if self.started else "      "
+        mark = {"done": "ok ", "failed": "ERR", "skipped": "-- "}.get(self.phase, ">> " if self.started else ".. ")
+        return f"{mark} {self.name:<32} {self.phase:<9} {t}  {self.note}"[:160]
+
+
+def row_job(row: Row, seed: int, *, experiment: str, evaluations: list[tuple[str, ...]], store: Path,
+            outputs: Path, python: str = sys.executable) -> Job:
+    """Train (row, seed), run each evaluation (a tuple of evaluate overrides: ``()`` the preset's test
+    evaluation, ``("eval=synthetic_val",)`` the sweep's), publish the run's result files."""
+    base = [f"experiment={experiment}", *row.overrides(), f"seed={seed}"]
+    (run,) = configured_run_roots([f"experiment={experiment}", *row.overrides(), f"paths.output_dir={outputs}",
+                                   f"seed={seed}"])
+    steps = [("train", [python, "-m", "numlearn.train", "-m", *base, f"paths.output_dir={outputs}"])]
+    for ev in evaluations:
+        steps.append(("evaluate" + (f" {ev[0].split('=', 1)[-1]}" if ev else ""),
+                      [python, "-m", "numlearn.evaluate", "-m", *base, f"paths.output_dir={outputs}", *ev]))
+    steps.append(("publish", [python, "-m", "numlearn.reporting.store", "publish", str(run), "--outputs",
+                              str(outputs), "--store", str(store)]))
+    safe = re.sub(r"[^A-Za-z0-9_.:=+-]", "_", f"{row.label}_seed={seed}")
+    return Job(f"{row.label} seed={seed}", steps, outputs / "pipeline" / f"{safe}.log")
+
+
+@dataclass(frozen=True)
+class Request:
+    """Rows x seeds, each evaluated with ``evaluate`` (evaluate overrides; ``()``: the preset's test split)."""
+
+    rows: tuple[Row, ...]
+    seeds: tuple[int, ...]
+    evaluate: tuple[str, ...] = ()
+
+
+def plan(requests: list[Request], *, experiment: str, store: Path, outputs: Path, reuse: bool,
+         say=print) -> list[Job]:
+    """A job per (row, seed), seed-major (every row's seed 0 first, so a sitting cut short leaves
+    whole seeds), each publishing its result files as soon as it ends. A (row, seed) that several
+    requests want is one job with their evaluations in turn (never two trainings of one run dir at
+    once). With ``reuse``, only what the store lacks."""
+    wanted: dict[tuple[str, int], tuple[Row, list[tuple[str, ...]]]] = {}
+    for req in requests:
+        for row in req.rows:
+            todo = list(req.seeds)
+            tag = f"[{row.label}{' ' + ' '.join(req.evaluate) if req.evaluate else ''}]"
+            if reuse:
+                def report(seed, why, tag=tag):
+                    say(f"{tag} seed={seed}: {why}")
+                todo = pending_seeds([f"experiment={experiment}", *row.overrides(), f"seed={seeds_arg(todo)}",
+                                      *req.evaluate], store, report=report)
+                if not todo:
+                    say(f"{tag} every seed has stored results (--reuse): nothing to run")
+                    continue
+                say(f"{tag} seeds without stored results: {seeds_arg(todo)}")
+            for seed in todo:
+                evs = wanted.setdefault((row.label, seed), (row, []))[1]
+                if req.evaluate not in evs:
+                    evs.append(req.evaluate)
+    order = sorted(wanted, key=lambda k: k[1])  # stable: rows keep their order within a seed
+    return [row_job(wanted[k][0], k[1], experiment=experiment, evaluations=wanted[k][1], store=store,
+                    outputs=outputs) for k in order]
+
+
+def plan_rows(rows: list[Row], seeds: list[int], *, experiment: str, evaluate_overrides: list[str], store: Path,
+              outputs: Path, reuse: bool, say=print) -> list[Job]:
+    """``plan`` of one request: ``rows`` x ``seeds``, one evaluation."""
+    return plan([Request(tuple(rows), tuple(seeds), tuple(evaluate_overrides))], experiment=experiment, store=store,
+                outputs=outputs, reuse=reuse, say=say)
+
+
+class Progress:
+    """On a terminal, redrawn in place: one line per running (or failed) job and a count of the rest;
+    otherwise one line at each phase change."""
+
+    def __init__(self, jobs: list[Job], stream=None, live: bool | None = None):
+        self.jobs, self.stream = jobs, stream or sys.stdout
+        self.live = self.stream.isatty() if live is None else live
+        self.lock = threading.Lock()
+        self._drawn = 0
+
+    def event(self, job: Job) -> None:
+        with self.lock:
+            if self.live:
+                self._redraw()
+            else:
+                print(job.status_line(time.time()).rstrip(), file=self.stream, flush=True)
+
+    def summary(self) -> str:
+        n = {k: sum(j.phase == k for j in self.jobs) for k in ("done", "failed", "waiting")}
+        running = len(self.jobs) - sum(n.values())
+        return f"{n['done']}/{len(self.jobs)} jobs done, {running} running, {n['waiting']} waiting, {n['failed']} failed"
+
+    def _redraw(self) -> None:
+        now = time.time()
+        shown = [j for j in self.jobs if j.phase not in ("done", "waiting")]
+        if self._drawn:
+            self.stream.write(f"\x1b[{self._drawn}F")
+        lines = [j.status_line(now) for j in shown] + [self.summary()]
+        for ln in lines:
+            self.stream.write("\x1b[2K" + ln + "\n")
+        for _ in range(self._drawn - len(lines)):  # the lines of jobs that ended since
+            self.stream.write("\x1b[2K\n")
+        self._drawn = max(self._drawn, len(lines))
+        self.stream.flush()
+
+    def tick(self) -> None:
+        if self.live:
+            with self.lock:
+                self._redraw()
+
+
+def _last_line(log: Path) -> str:
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 4096))
+            tail = f.read().decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
+
+
+def run_job(job: Job, progress: Progress, stop: threading.Event, env: dict) -> None:
+    job.log.parent.mkdir(parents=True, exist_ok=True)
+    job.started = time.time()
+    with job.log.open("a", encoding="utf-8") as log:
+        for phase, argv in job.steps:
+            if stop.is_set():
+                job.phase, job.rc = "stopped", -1
+                break
+            job.phase = phase
+            progress.event(job)
+            log.write(f"\n$ {' '.join(argv)}\n")
+            log.flush()
+            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            job.procs.append(p)
+            while p.poll() is None:
+                job.note = _last_line(job.log)
+                time.sleep(0.5)
+            job.procs.remove(p)
+            if p.returncode != 0:
+                job.phase, job.rc, job.note = "failed", p.returncode, f"{phase} exited {p.returncode}: see {job.log}"
+                break
+        else:
+            job.phase, job.rc, job.note = "done", 0, ""
+    job.ended = time.time()
+    progress.event(job)
+
+
+def run_jobs(jobs: list[Job], n_jobs: int, stream=None, live: bool | None = None) -> list[Job]:
+    """Run ``jobs``, ``n_jobs`` at once; returns the failed ones (after every job has ended). Ctrl-C
+    stops every running step (its process group) and raises KeyboardInterrupt."""
+    if n_jobs < 1:
+        raise PipelineError(f"--jobs {n_jobs}: give at least 1")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    progress = Progress(jobs, stream, live)
+    stop = threading.Event()
+    queue = list(jobs)
+    qlock = threading.Lock()
+
+    def worker():
+        while not stop.is_set():
+            with qlock:
+                if not queue:
+                    return
+                job = queue.pop(0)
+            run_job(job, progress, stop, env)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(n_jobs, len(jobs)))]
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            progress.tick()
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        stop.set()
+        for j in jobs:
+            for p in list(j.procs):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        for t in threads:
+            t.join(timeout=30)
+        raise
+    for t in threads:
+        t.join()
+    progress.tick()
+    return [j for j in jobs if j.rc != 0]
+
+
+def _report_failures(failed: list[Job], say) -> None:
+    for j in failed:
+        say(f"[{j.name}] {j.note or 'stopped'}; its last lines:")
+        try:
+            tail = j.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+        except OSError:
+            tail = []
+        for ln in tail:
+            say(f"[{j.name}]   {ln}")
+
+
+# -- the commands ---------------------------------------------------------------------------------
+def table1_runs(rows: list[Row], seeds: list[int], *, experiment: str, store: Path) -> list[str]:
+    """The store's run directories of ``rows`` x ``seeds`` (what the tables read)."""
+    out = []
+    for row in rows:
+        out += [str(p) for p in configured_run_roots([f"experiment={experiment}", *row.overrides(),
+                                                      f"paths.output_dir={store}", f"seed={seeds_arg(seeds)}"])]
+    return out
+
+
+def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
+                 selected: Path | None, command: str) -> int:
+    """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report."""
+    from numlearn.reporting import aggregate, robustness
+
+    runs = table1_runs(rows, seeds, experiment=experiment, store=store)
+    args = ["--exclude-benchmarks", TEST_EXCLUDE, "--out", str(out), "--command", command,
+            *(["--selected", str(selected)] if selected is not None and selected.is_file() else [])]
+    rc = aggregate.main([*runs, *args])
+    if rc != 0:
+        return rc
+    if len(seeds) >= MIN_SEEDS_FOR_ROBUSTNESS:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = robustness.main([*runs, *args])
+    return rc
+
+
+def sweep_report(seeds: int, grid: dict[str, tuple[float, ...]], *, experiment: str, store: Path, out: Path,
+                 command: str, only_grid: bool = False) -> int:
+    """The sweep's table, plot and chosen weights from the store; ``only_grid``: the grid's losses
+    (and MLE) only, not every loss the store holds validation results of."""
+    from numlearn.reporting import sweep
+
+    root = store / experiment
+    losses = ("*",) if not only_grid else ("mle", *grid)
+    dirs = sorted(str(p) for loss in losses for p in root.glob(f"*/{loss}/alpha=*/seed=*/eval/{TEST_EXCLUDE}"))
+    if not dirs:
+        raise PipelineError(f"the store {store} holds no {TEST_EXCLUDE} result under {root}: run the sweep first")
+    expect = ["--expect", "mle=0"] + [x for loss, alphas in grid.items()
+                                      for x in ("--expect", f"{loss}={','.join(_fmt(a) for a in alphas)}")]
+    return sweep.main([*dirs, "--select-on", VAL_COLUMN, "--out", str(out), "--min-seeds", str(seeds), *expect,
+                       "--command", command])
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _docs_hint() -> None:
+    """After the committed tables change: whether the README/docs blocks still match them."""
+    from numlearn.reporting.docs import check_text
+
+    stale = [d for d in (Path("README.md"), Path("docs/results.md")) if d.is_file()
+             and check_text(d.read_text(encoding="utf-8"), Path("."), str(d), str(d.parent))]
+    if stale:
+        _say(f"docs: {', '.join(map(str, stale))} no longer match the committed tables: `make docs` copies the "
+             "tables in; then reread the prose the check names")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m numlearn.pipeline", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p, seeds_default):
+        p.add_argument("--seeds", default=seeds_default, help="a count (8 = 0..7), a range (3-7) or a list (0,2,5)")
+        p.add_argument("--experiment", default=EXPERIMENT)
+        p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
+        p.add_argument("--command", default=None, help="the command recorded in the tables' header")
+
+    def running(p):
+        p.add_argument("--jobs", type=int, default=4, help="rows at once (each trains on the preset's threads)")
+        p.add_argument("--reuse", action="store_true", help="run only the seeds the store lacks a usable result for")
+        p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
+        p.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="redraw the job lines in place")
+
+    p = sub.add_parser("table1", help="train, evaluate and publish every row, then build the tables")
+    common(p, "1")
+    running(p)
+    p.add_argument("--rows", default=None, help="comma-separated rows, loss[:alpha][+key=value...] (default: "
+                   f"{','.join(TABLE1_LOSSES)}); the sweep's chosen weights are added")
+    p.add_argument("--selected", type=Path, default=SELECTED, help="the sweep's chosen weights (rows labelled val-chosen)")
+    p.add_argument("--out", type=Path, default=TABLE1_OUT)
+    p = sub.add_parser("tables", help="Table 1's tables from the store only (no training)")
+    common(p, "1")
+    p.add_argument("--from-seed", type=int, default=None,
+                   help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
+    p.add_argument("--rows", default=None)
+    p.add_argument("--selected", type=Path, default=SELECTED)
+    p.add_argument("--out", type=Path, default=TABLE1_OUT)
+    p = sub.add_parser("sweep", help="every loss over its weight grid on the validation split, then the report")
+    common(p, "3")
+    running(p)
+    p.add_argument("--grid", action="append", default=[], metavar="LOSS=A,B,...", help="replace a loss's grid")
+    p.add_argument("--out", type=Path, default=SWEEP_OUT)
+    p = sub.add_parser("sweep-report", help="the sweep's table, plot and chosen weights from the store (no training)")
+    common(p, "3")
+    p.add_argument("--grid", action="append", default=[], metavar="LOSS=A,B,...")
+    p.add_argument("--out", type=Path, default=SWEEP_OUT)
+    p = sub.add_parser("ablation", help="DEL's parts: the ablation rows, each form's validation sweep, the table")
+    common(p, "8")
+    running(p)
+    p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
+    p.add_argument("--out", type=Path, default=ABLATION_OUT)
+    p = sub.add_parser("runs", help="the run directories the configs name (Hydra overrides)")
+    p.add_argument("overrides", nargs="*")
+    p = sub.add_parser("pending", help="the seeds without a usable stored result (Hydra overrides)")
+    p.add_argument("--store", default=str(STORE))
+    p.add_argument("overrides", nargs="*")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = ap.parse_args(argv)
+    a.invocation = "python -m numlearn.pipeline " + shlex.join(argv)
+    try:
+        return _dispatch(a)
+    except (PipelineError, ValueError, OSError) as e:  # the store's StoreError is a ValueError
+        _say(f"numlearn.pipeline: error: {e}")
+        return 2
+    except KeyboardInterrupt:
+        _say("numlearn.pipeline: interrupted; every step resumes: run the same command again")
+        return 130
+
+
+def _dispatch(a) -> int:
+    if a.cmd == "runs":
+        for p in configured_run_roots(a.overrides):
+            print(p)
+        return 0
+    if a.cmd == "pending":
+        seeds = pending_seeds(a.overrides, a.store, report=lambda seed, why: _say(f"[store] seed={seed}: {why}"))
+        print(seeds_arg(seeds))
+        return 0
+    seeds = parse_seeds(a.seeds)
+    if getattr(a, "from_seed", None) is not None:
+        seeds = [s for s in seeds if s >= a.from_seed]
+        if not seeds:
+            raise PipelineError(f"--seeds {a.seeds} leaves no seed from {a.from_seed} on (the sweep's seeds are "
+                                f"0..{a.from_seed - 1}): give more seeds, e.g. --seeds 8")
+    live = {"auto": None, "on": True, "off": False}.get(getattr(a, "live", "auto"))
+    if a.cmd in ("table1", "tables"):
+        rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
+        rows += [r for r in selected_rows(a.selected) if r not in rows]
+        if a.cmd == "table1":
+            jobs = plan_rows(rows, seeds, experiment=a.experiment, evaluate_overrides=[], store=a.store,
+                             outputs=a.outputs, reuse=a.reuse, say=_say)
+            failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
+            if failed:
+                _report_failures(failed, _say)
+                return 1
+            default = (a.rows is None and a.out == TABLE1_OUT and a.experiment == EXPERIMENT
+                       and a.store == STORE)
+            command = a.command or (f"make reproduce-table1 SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else "")
+                                    if default else a.invocation)
+        else:
+            command = a.command or a.invocation
+        rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,
+                          command=command)
+        if rc == 0:
+            _docs_hint()
+        return rc
+    if a.cmd == "ablation":
+        return ablation(a, seeds, live)
+    grid = parse_grid(a.grid)
+    command = a.command or ("make sweep-alpha SWEEP_SEEDS=" + str(a.seeds) + "".join(
+        f" SWEEP_{k.upper()}={','.join(_fmt(x) for x in v)}" for k, v in grid.items()))
+    if a.cmd == "sweep":
+        jobs = plan_rows(sweep_rows(grid), seeds, experiment=a.experiment, evaluate_overrides=[VAL_EVAL],
+                         store=a.store, outputs=a.outputs, reuse=a.reuse, say=_say)
+        failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
+        if failed:
+            _report_failures(failed, _say)
+            return 1
+    return sweep_report(len(seeds), grid, experiment=a.experiment, store=a.store, out=a.out, command=command)
+
+
+def ablation(a, seeds: list[int], live) -> int:
+    """Three stages, each resumable: (1) the ablation rows on every seed and each form's sweep points
+    on the sweep's seeds, in one pool; (2) the sweep report, which chooses each form's weight on the
+    validation split (stops while a point lacks a seed); (3) the chosen weights' rows on every seed,
+    then the tables into ``--out``."""
+    sweep_seeds = parse_seeds(a.sweep_seeds)
+    rows = [Row(r) for r in ABLATION_ROWS]
+    grid_rows = [Row("mle")] + [Row(loss, x) for loss, xs in ABLATION_GRID.items() for x in xs]
+    common = dict(experiment=a.experiment, store=a.store, outputs=a.outputs, reuse=a.reuse, say=_say)
+    jobs = plan([Request(tuple(rows), tuple(seeds)), Request(tuple(grid_rows), tuple(sweep_seeds), (VAL_EVAL,))],
+                **common)
+    if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
+        _report_failures(failed, _say)
+        return 1
+    command = a.command or (f"make ablation-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
+    rc = sweep_report(len(sweep_seeds), ABLATION_GRID, experiment=a.experiment, store=a.store, out=a.out / "sweep",
+                      command=command, only_grid=True)
+    if rc != 0:
+        return rc
+    chosen = [r for r in selected_rows(a.out / "sweep" / "selected.json") if r not in rows]
+    jobs = plan([Request(tuple(chosen), tuple(seeds))], **common) if chosen else []
+    if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
+        _report_failures(failed, _say)
+        return 1
+    return build_tables(rows + chosen, seeds, a.out, experiment=a.experiment, store=a.store,
+                        selected=a.out / "sweep" / "selected.json", command=command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The orchestrator (numlearn.pipeline): what each command plans (rows, seeds, the command its tables
+record), how jobs run (one line per job, a failing job named with its log, the others finishing), and
+that the committed tables regenerate from the committed store."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numlearn import pipeline
+from numlearn.pipeline import Job, PipelineError, Row, parse_seeds
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("spec,seeds", [("8", list(range(8))), ("1", [0]), ("3-7", [3, 4, 5, 6, 7]),
+                                        ("0,2,5", [0, 2, 5]), ("4-4", [4])])
+def test_seeds_are_a_count_a_range_or_a_list(spec, seeds):
+    assert parse_seeds(spec) == seeds
+
+
+@pytest.mark.parametrize("spec,msg", [("0", "at least one"), ("7-3", "empty"), ("a,b", "integers"), (",", "no seed")])
+def test_bad_seeds_are_one_clear_error(spec, msg):
+    with pytest.raises(PipelineError, match=msg):
+        parse_seeds(spec)
+
+
+def test_rows_name_a_loss_its_weight_and_extra_overrides():
+    r = Row.parse("del:1.28+loss.form=paper+loss.place_weights=none")
+    assert r == Row("del", 1.28, ("loss.form=paper", "loss.place_weights=none"))
+    assert r.label == "del:1.28+loss.form=paper+loss.place_weights=none"
+    assert r.overrides() == ["loss=del", "loss.alpha=1.28", "loss.form=paper", "loss.place_weights=none"]
+    # a weight is written as the run dirs spell it: Hydra would read 1 as an int (alpha=1, not alpha=1.0)
+    assert Row.parse("dist2:1").overrides() == ["loss=dist2", "loss.alpha=1.0"]
+    assert Row.parse("mle").overrides() == ["loss=mle"]
+    for bad, msg in (("del:x", "not a number"), ("del+form", "key=value"), ("DEL!", "loss\\[:alpha\\]")):
+        with pytest.raises(PipelineError, match=msg):
+            Row.parse(bad)
+
+
+@pytest.fixture
+def recorded(monkeypatch, tmp_path):
+    """main() with its three effects recorded instead of run."""
+    calls = {}
+    monkeypatch.setattr(pipeline, "plan_rows", lambda rows, seeds, **kw: calls.setdefault("plan", (rows, seeds, kw))
+                        and [Job("x", [], tmp_path / "x.log")])
+    monkeypatch.setattr(pipeline, "run_jobs", lambda jobs, n, **kw: calls.setdefault("jobs", n) and [])
+    monkeypatch.setattr(pipeline, "build_tables", lambda rows, seeds, out, **kw: calls.setdefault(
+        "tables", (rows, seeds, out, kw)) and 0)
+    monkeypatch.setattr(pipeline, "_docs_hint", lambda: None)
+    sel = tmp_path / "selected.json"
+    sel.write_text(json.dumps({"del": {"alpha": 0.01}, "dist2": {"alpha": 1.0}}))
+    return calls, sel
+
+
+def test_table1_runs_every_row_and_the_chosen_weights_then_tables_from_the_same_seeds(recorded):
+    calls, sel = recorded
+    assert pipeline.main(["table1", "--seeds", "2", "--jobs", "3", "--reuse", "--selected", str(sel)]) == 0
+    rows, seeds, kw = calls["plan"]
+    assert [r.label for r in rows] == ["mle", "ntl", "dist2", "del", "del:0.01", "dist2:1.0"]
+    assert seeds == [0, 1] and kw["reuse"] and kw["evaluate_overrides"] == [] and calls["jobs"] == 3
+    t_rows, t_seeds, out, t_kw = calls["tables"]
+    assert t_rows == rows and t_seeds == [0, 1] and out == Path("results/table1_tiny")
+    assert t_kw["command"] == "make reproduce-table1 SEEDS=2 REUSE=1"
+
+
+def test_tables_train_nothing_and_unswept_reads_only_the_seeds_the_sweep_never_saw(recorded, capsys):
+    calls, sel = recorded
+    assert pipeline.main(["tables", "--seeds", "8", "--from-seed", "3", "--out", "/tmp/t", "--selected", str(sel),
+                          "--command", "make table1-unswept SEEDS=8"]) == 0
+    assert "plan" not in calls and "jobs" not in calls
+    _, seeds, out, kw = calls["tables"]
+    assert seeds == [3, 4, 5, 6, 7] and out == Path("/tmp/t") and kw["command"] == "make table1-unswept SEEDS=8"
+    assert pipeline.main(["tables", "--seeds", "3", "--from-seed", "3"]) == 2
+    assert "leaves no seed from 3 on" in capsys.readouterr().err
+
+
+def test_the_sweep_runs_its_grid_on_the_validation_split(recorded, monkeypatch):
+    calls, _ = recorded
+    seen = {}
+    monkeypatch.setattr(pipeline, "sweep_report", lambda n, grid, **kw: seen.update(n=n, grid=grid, **kw) or 0)
+    assert pipeline.main(["sweep", "--seeds", "3", "--grid", "del=0.001,0.01"]) == 0
+    rows, seeds, kw = calls["plan"]
+    assert rows[0] == Row("mle") and Row("del", 0.001) in rows and Row("del", 1.28) not in rows
+    assert Row("dist2", 256.0) in rows and kw["evaluate_overrides"] == ["eval=synthetic_val"] and seeds == [0, 1, 2]
+    assert seen["n"] == 3 and seen["grid"]["del"] == (0.001, 0.01)
+    assert seen["command"] == ("make sweep-alpha SWEEP_SEEDS=3 SWEEP_DEL=0.001,0.01 SWEEP_NTL=0.1,1.0,3.2,12.8,25.6 "
+                               "SWEEP_DIST2=0.1,0.32,1.0,10.0,32.0,128.0,256.0")
+
+
+def test_the_committed_sweep_command_is_what_the_defaults_run():
+    """The grids live once, in numlearn.pipeline: the committed sweep's header names them."""
+    header = (REPO / "results/sweep_alpha/sweep.md").read_text().splitlines()[1]
+    grid = pipeline.parse_grid([])
+    cmd = "make sweep-alpha SWEEP_SEEDS=3" + "".join(f" SWEEP_{k.upper()}={','.join(map(repr, v))}"
+                                                     for k, v in grid.items())
+    assert f"`{cmd}`" in header
+
+
+def test_jobs_run_side_by_side_and_a_failure_is_named_with_its_log(tmp_path):
+    py = sys.executable
+    ok = Job("ok", [("train", [py, "-c", "print('step 1'); print('step 2')"]),
+                    ("evaluate", [py, "-c", "print('done')"])], tmp_path / "ok.log")
+    bad = Job("bad", [("train", [py, "-c", "import sys; print('boom'); sys.exit(3)"]),
+                      ("evaluate", [py, "-c", "print('never')"])], tmp_path / "bad.log")
+    out = io.StringIO()
+    failed = pipeline.run_jobs([bad, ok], 2, stream=out, live=False)
+    assert failed == [bad] and bad.rc == 3 and bad.phase == "failed" and ok.rc == 0 and ok.phase == "done"
+    log = bad.log.read_text()
+    assert "boom" in log and "never" not in log and f"see {bad.log}" in bad.note
+    assert "step 2" in ok.log.read_text() and "done" in ok.log.read_text()
+    lines = out.getvalue().splitlines()
+    assert any(re.match(r"ERR bad\s+failed", ln) for ln in lines) and any(re.match(r"ok  ok\s+done", ln) for ln in lines)
+    said = []
+    pipeline._report_failures(failed, said.append)
+    assert said[0].startswith("[bad] train exited 3") and any("boom" in s for s in said)
+    with pytest.raises(PipelineError, match="at least 1"):
+        pipeline.run_jobs([ok], 0)
+
+
+def test_a_row_the_configs_cannot_name_stops_before_any_table(tmp_path, capsys):
+    assert pipeline.main(["tables", "--rows", "mle,nosuchloss", "--seeds", "1", "--out", str(tmp_path / "t")]) == 2
+    assert "nosuchloss" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists(), "a table was written without the row that failed"
+
+
+def test_the_committed_table1_regenerates_from_the_committed_store(tmp_path, monkeypatch):
+    """Every committed result file still reads, and Table 1 rebuilt from the store equals the committed
+    files line for line, less the provenance header (command, date, git, machine)."""
+    from numlearn.reporting import aggregate
+
+    monkeypatch.chdir(REPO)  # the tables name the selection file as the make target does, relative
+    rows = [Row(x) for x in pipeline.TABLE1_LOSSES] + pipeline.selected_rows(pipeline.SELECTED)
+    runs = pipeline.table1_runs(rows, parse_seeds("8"), experiment="table1_tiny", store=pipeline.STORE)
+    out = tmp_path / "t"
+    with __import__("contextlib").redirect_stdout(io.StringIO()):
+        assert aggregate.main([*runs, "--exclude-benchmarks", "synthetic_val", "--out", str(out),
+                               "--selected", str(pipeline.SELECTED)]) == 0
+    header = re.compile(r"^- (command|date|git|machine): ")
+    for f in ("table1.md", "table1.csv", "table1.tex", "digits.csv", "vs_mle.csv", "distance_vs_mle.csv",
+              "heldout_vs_mle.csv", "summary.json"):
+        want = [ln for ln in (REPO / "results/table1_tiny" / f).read_text().splitlines() if not header.match(ln)]
+        got = [ln for ln in (out / f).read_text().splitlines() if not header.match(ln)]
+        assert got == want, f
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+def test_the_makefile_calls_the_pipeline_and_holds_no_loops():
+    def dry(*args):
+        r = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return [ln for ln in r.stdout.splitlines() if "numlearn.pipeline" in ln]
+    assert dry("reproduce-table1", "SEEDS=8", "REUSE=1", "JOBS=4")[-1].endswith(
+        "-m numlearn.pipeline table1 --seeds 8 --jobs 4 --reuse")
+    assert "--seeds 8 --from-seed 3 --out results/table1_tiny/unswept_seeds" in dry("table1-unswept", "SEEDS=8")[-1]
+    assert dry("sweep-alpha")[-1].endswith("-m numlearn.pipeline sweep --seeds 3 --jobs 4 ")
+    text = (REPO / "Makefile").read_text()
+    assert "$(shell" not in text
+    code = [ln for ln in text.splitlines() if ln.startswith("\t")]  # the recipes
+    for banned in (r"\bfor \w+ in\b", r"\bwhile\b", r"\bxargs\b", r" -c ['\"]", r"\$\(shell\b", r"\bif \["):
+        hits = [ln for ln in code if re.search(banned, ln)]
+        assert not hits, f"the Makefile holds {hits[0]!r}: orchestration belongs in numlearn.pipeline / tools/env.py"
+
+
+def test_table1_end_to_end_on_two_shrunken_rows_then_reuse_runs_nothing(tmp_path):
+    """The real chain (train -> evaluate -> publish -> tables) on two rows shrunk to 2 steps and 2
+    problems, two jobs at once; a second --reuse run trains nothing and rebuilds the same tables."""
+    small = "+train.max_steps=2+data.n_train=64+data.heldout.n=4+eval.limit=2"
+    argv = ["table1", "--rows", f"mle{small},del{small}", "--seeds", "1", "--jobs", "2", "--live", "off",
+            "--store", str(tmp_path / "store"), "--outputs", str(tmp_path / "out"), "--out", str(tmp_path / "tab"),
+            "--selected", str(tmp_path / "none.json")]
+    r = subprocess.run([sys.executable, "-m", "numlearn.pipeline", *argv], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"^ok  mle\+train.max_steps=2\S* seed=0\s+done", r.stdout, re.M), r.stdout[-2000:]
+    stored = sorted(p.relative_to(tmp_path / "store").as_posix() for p in (tmp_path / "store").rglob("result.json"))
+    assert len(stored) == 8 and "table1_tiny/tiny/del/alpha=1.28/seed=0/eval/synthetic_test/cot/result.json" in stored
+    table = (tmp_path / "tab" / "table1.md").read_text()
+    assert "| tiny | del | 1 |" in table
+    assert "- command: `python -m numlearn.pipeline table1 --rows mle+train.max_steps=2" in table  # not the alias
+    again = subprocess.run([sys.executable, "-m", "numlearn.pipeline", *argv, "--reuse"], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("every seed has stored results (--reuse): nothing to run") == 2
+    body = [ln for ln in (tmp_path / "tab" / "table1.md").read_text().splitlines() if not ln.startswith("- ")]
+    assert body == [ln for ln in table.splitlines() if not ln.startswith("- ")]
+
+
+def test_a_run_two_requests_want_is_one_job_with_both_evaluations(tmp_path):
+    """A sweep point that is also a table row (del 1.28, seeds 0-2): trained once, evaluated on both
+    splits in one job -- two jobs would train one run dir at the same time. Jobs are seed-major."""
+    rows = (Row("mle"), Row("del", 1.28))
+    jobs = pipeline.plan([pipeline.Request(rows, (0, 1)), pipeline.Request((Row("del", 1.28),), (0,), ("eval=synthetic_val",))],
+                         experiment="table1_tiny", store=tmp_path / "s", outputs=tmp_path / "o", reuse=False)
+    assert [j.name for j in jobs] == ["mle seed=0", "del:1.28 seed=0", "mle seed=1", "del:1.28 seed=1"]
+    assert [p for p, _ in jobs[1].steps] == ["train", "evaluate", "evaluate synthetic_val", "publish"]
+    assert [p for p, _ in jobs[3].steps] == ["train", "evaluate", "publish"]
+    assert jobs[1].steps[-1][1][-5].endswith("del/alpha=1.28/seed=0")
