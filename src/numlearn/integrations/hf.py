@@ -162,7 +162,7 @@ class LossBridge:
         if torch.is_grad_enabled():
             self._sums["loss/ce"] += float(out.ce)
             self._sums["loss/aux"] += float(out.aux)
-            for k in ("digit_acc", "digit_entropy"):
+            for k in ("digit_acc", "digit_entropy", "digit_logit"):
                 if k in out.stats:
                     self._sums[f"train/{k}"] += float(out.stats[k])
             self._n += 1

@@ -364,10 +364,12 @@ def digit_summary(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]
 
 
 def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
-    """Per-batch means for logging: ``digit_acc``, ``digit_entropy``, ``n_digits``."""
+    """Per-batch means for logging: ``digit_acc``, ``digit_entropy``, ``digit_logit`` (the raw digit
+    logits' mean, which softmax ignores and DEL's code form does not), ``n_digits``."""
     s = digit_summary(zd, dt)
     n = max(float(s["n"]), 1.0)
-    return {"digit_acc": s["correct"] / n, "digit_entropy": s["entropy"] / n, "n_digits": s["n"]}
+    return {"digit_acc": s["correct"] / n, "digit_entropy": s["entropy"] / n,
+            "digit_logit": zd.detach().float().mean() if dt.count else zd.new_zeros(()), "n_digits": s["n"]}
 
 
 def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, float_spans: bool = True,

@@ -1,0 +1,191 @@
+"""What the DEL term does on trained models and on the data (issue 27 §1; docs/what_del_does.md).
+
+    python experiments/del_mechanism.py --run mle=outputs/table1_tiny/tiny/mle/alpha=0.0/seed=0 \
+        --run del=outputs/table1_tiny/tiny/del/alpha=1.28/seed=0 ... --out results/del_mechanism
+
+For each run's final model, teacher forced on the held-out test solutions (the synthetic test split
+the run's held-out metrics use): at every digit target, whether one gradient step of each DEL form's
+term (code, paper; numlearn.losses.mechanism) would lower the target token's full-vocabulary
+probability -- the share of positions and the share of place weight where it would -- with the raw
+digit logits' mean, the digits' share of the softmax and the digit entropy. From each run's
+``metrics.jsonl``: the aux/CE ratio and (where logged) the mean digit logit over training. From the
+data: the mean DEL place weight per digit on the synthetic training set, GSM8K-train and MATH-train.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def heldout_records(n: int = 200, cache: Path = REPO / "data_cache") -> list[dict]:
+    from numlearn.data.sources import read_records
+    from numlearn.data.synthetic import ensure_synthetic
+
+    path = ensure_synthetic(cache, 0, n, 0, 0)["test"]
+    return [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
+
+
+def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, batch_size: int = 32) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.losses import digit_token_ids, digit_view
+    from numlearn.losses.mechanism import target_push
+
+    final = run_dir / "final"
+    tok = AutoTokenizer.from_pretrained(final)
+    model = AutoModelForCausalLM.from_pretrained(final, torch_dtype=torch.float32).eval()
+    vocab = digit_token_ids(tok)
+    feats, _ = tokenize_records(records, tok, max_length)
+    coll = PadCollator(tok.pad_token_id)
+    ids = torch.tensor(vocab.digit_ids)
+    acc: dict[str, list[torch.Tensor]] = {k: [] for k in ("w", "zmean", "q", "ent", "push_code", "push_paper", "py")}
+    with torch.no_grad():
+        for i in range(0, len(feats), batch_size):
+            b = coll(feats[i : i + batch_size])
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.float()
+            zd, dt = digit_view(logits, b["labels"], vocab)
+            full = logits.reshape(-1, logits.shape[-1])[dt.rows]
+            q = (torch.logsumexp(full[:, ids], -1) - torch.logsumexp(full, -1)).exp()
+            p = torch.softmax(zd, -1)
+            acc["w"].append(dt.del_weight)
+            acc["zmean"].append(zd.mean(-1))
+            acc["q"].append(q)
+            acc["ent"].append(-(p * p.clamp_min(1e-30).log()).sum(-1))
+            acc["py"].append(p.gather(1, dt.values.long()[:, None])[:, 0])
+            for form in ("code", "paper"):
+                acc[f"push_{form}"].append(target_push(zd, dt.values, form, q))
+    t = {k: torch.cat(v) for k, v in acc.items()}
+    w = t["w"]
+    out = {"n_digits": int(w.numel()), "n_examples": len(feats), "mean_digit_logit": float(t["zmean"].mean()),
+           "mean_digit_mass": float(t["q"].mean()), "mean_digit_entropy": float(t["ent"].mean()),
+           "mean_target_prob": float(t["py"].mean())}
+    for form in ("code", "paper"):
+        low = t[f"push_{form}"] < 0
+        out[f"{form}_lowers_share"] = float(low.float().mean())
+        out[f"{form}_lowers_weight_share"] = float((w * low).sum() / w.sum())
+    return out
+
+
+def training_history(run_dir: Path) -> dict:
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    rows = [r for r in rows if "loss/ce" in r and r.get("step") is not None]
+    ratio = [(r["step"], r["loss/aux"] / r["loss/ce"]) for r in rows if r.get("loss/ce")]
+    logit = [(r["step"], r["train/digit_logit"]) for r in rows if "train/digit_logit" in r]
+
+    def at(series, frac):
+        if not series:
+            return None
+        return series[min(len(series) - 1, int(frac * (len(series) - 1)))][1]
+    return {"steps": rows[-1]["step"] if rows else None,
+            "aux_over_ce": {f"{int(f * 100)}%": at(ratio, f) for f in (0.0, 0.1, 0.5, 1.0)},
+            "digit_logit": {f"{int(f * 100)}%": at(logit, f) for f in (0.0, 0.1, 0.5, 1.0)} if logit else None}
+
+
+def data_place_weights(data_dir: Path, n_synthetic: int = 20000) -> dict:
+    """Mean DEL place weight per digit of each training set's responses, from the text (one token
+    per character: the spans and weights are those of any tokenizer with single-digit tokens)."""
+    from numlearn.data.sources import convert_record, read_records
+    from numlearn.losses import DigitVocab, number_spans
+
+    vocab = DigitVocab(digit_ids=tuple(range(ord("0"), ord("9") + 1)), dot_id=ord("."))
+
+    def stats(texts: list[str]) -> dict:
+        ws, lens = [], []
+        for text in texts:
+            t = torch.tensor([[min(ord(c), 0x10FFFF) for c in text]])
+            dt = number_spans(t, vocab, float_spans=True)
+            ws.append(dt.del_weight)
+            lens.append(len(text))
+        w = torch.cat(ws)
+        return {"responses": len(texts), "digits": int(w.numel()), "mean_place_weight": float(w.mean()),
+                "digits_per_1000_chars": 1000.0 * w.numel() / max(sum(lens), 1),
+                "share_weight_ge_6": float((w >= 6).float().mean())}
+
+    from numlearn.data.synthetic import ensure_synthetic
+
+    out = {}
+    path = ensure_synthetic(REPO / "data_cache", n_synthetic, 0, 0, 0)["train"]
+    out["synthetic (train, CoT)"] = stats([r["cot"] for r in read_records(path)])
+    for name, rel in (("GSM8K-train", "train/gsm8k/train.jsonl"), ("MATH-train", "train/math/orgn-MATH-train.jsonl")):
+        f = data_dir / rel
+        if f.is_file():
+            out[name] = stats([convert_record(r, str(f))["output"] for r in read_records(f)])
+    return out
+
+
+def _fmt(x, nd=3):
+    return "" if x is None else f"{x:.{nd}f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--data-dir", type=Path, default=REPO / "data")
+    ap.add_argument("--n", type=int, default=200, help="held-out test solutions")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    from numlearn.provenance import provenance
+
+    records = heldout_records(a.n)
+    runs = {}
+    for spec in a.run:
+        name, _, path = spec.partition("=")
+        d = Path(path)
+        if not (d / "final").is_dir():
+            print(f"del_mechanism: error: {d}/final does not exist: train the run first", file=sys.stderr)
+            return 2
+        runs[name] = {"run_dir": str(d), **measure_model(d, records), "history": training_history(d),
+                      "run_json": {k: json.loads((d / "run.json").read_text()).get(k)
+                                   for k in ("loss", "loss_tag", "alpha", "seed", "recipe_sha")}}
+        print(f"[del_mechanism] {name}: done", file=sys.stderr, flush=True)
+    data = data_place_weights(a.data_dir)
+    prov = provenance()
+    res = {"command": "python experiments/del_mechanism.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "provenance": prov,
+           "machine": f"{platform.platform()}, {torch.get_num_threads()} thread(s)", "runs": runs, "data": data}
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "mechanism.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    git = (prov.get("git") or {}).get("commit", "?")
+    lines = ["<!-- generated by experiments/del_mechanism.py; do not edit by hand -->",
+             f"- command: `{res['command']}`", f"- date: {res['date']}", f"- git: {git}",
+             f"- machine: {res['machine']}", "",
+             "## Where one step of the DEL term lowers the target's probability (teacher forced, held-out)", "",
+             "| model | digits | target prob | digit entropy | mean digit logit | digit share of softmax "
+             "| code form lowers: positions | code: place weight | paper form lowers: positions | paper: place weight |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in runs.items():
+        lines.append(f"| {name} | {r['n_digits']} | {_fmt(r['mean_target_prob'])} | {_fmt(r['mean_digit_entropy'])} "
+                     f"| {_fmt(r['mean_digit_logit'], 2)} | {_fmt(r['mean_digit_mass'])} "
+                     f"| {100 * r['code_lowers_share']:.1f} % | {100 * r['code_lowers_weight_share']:.1f} % "
+                     f"| {100 * r['paper_lowers_share']:.1f} % | {100 * r['paper_lowers_weight_share']:.1f} % |")
+    lines += ["", "## Over training (metrics.jsonl: at 0 %, 10 %, 50 % and 100 % of the logged steps)", "",
+              "| model | aux / CE | mean digit logit |", "|---|---|---|"]
+    for name, r in runs.items():
+        h = r["history"]
+        ratio = " / ".join(_fmt(v) for v in h["aux_over_ce"].values())
+        logit = " / ".join(_fmt(v, 2) for v in h["digit_logit"].values()) if h["digit_logit"] else "not logged"
+        lines.append(f"| {name} | {ratio} | {logit} |")
+    lines += ["", "## DEL's place weight per digit in the training data (from the text)", "",
+              "| data | responses | digits | digits per 1,000 characters | mean place weight | share with weight >= 6 |",
+              "|---|---|---|---|---|---|"]
+    for name, d in data.items():
+        lines.append(f"| {name} | {d['responses']} | {d['digits']} | {d['digits_per_1000_chars']:.1f} "
+                     f"| {d['mean_place_weight']:.3f} | {100 * d['share_weight_ge_6']:.1f} % |")
+    (a.out / "mechanism.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

