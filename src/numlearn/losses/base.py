@@ -263,12 +263,23 @@ class DigitLoss(TokenLoss):
                              f"and {tuple(labels.shape)}")
         V = logits.shape[-1]
         targets = to_targets(labels.to(logits.device), labels_shifted)
-        dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
         flat_t = targets.reshape(-1)
         ce_w, n_ex = self._ce_weights(targets, position_ids)
-        ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
-            logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device), ce_w
-        )
+        if isinstance(self.vocab, DigitVocab):
+            dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
+            ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
+                logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device), ce_w
+            )
+        else:  # number tokens of 1..K digits (numlearn.losses.numbers): the same kernel on their columns
+            from .numbers import number_digit_logits, number_targets
+
+            nt = number_targets(targets, self.vocab, V, float_spans=self.float_spans)
+            dt = nt.digits
+            pos, inv = torch.unique_consecutive(dt.rows, return_inverse=True)
+            ce_sum, zn = _CrossEntropyWithDigitLogits.apply(
+                logits.reshape(-1, V), flat_t, pos, self.vocab.ids_tensor(logits.device), ce_w
+            )
+            zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
                              position_ids, n_ex)
@@ -309,9 +320,20 @@ class DigitLoss(TokenLoss):
                                                    chunk_size, logit_transform, ce_w)
             ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex)
             return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
-        dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
-        ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
-                                                self._digit_ids(hidden.device), chunk_size, logit_transform, ce_w)
+        if isinstance(self.vocab, DigitVocab):
+            dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
+            ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
+                                                    self._digit_ids(hidden.device), chunk_size, logit_transform, ce_w)
+        else:  # number tokens: only their <= 1,110 columns, h @ W[number ids].T, never the full logits
+            from .numbers import number_digit_logits, number_targets
+
+            nt = number_targets(targets, self.vocab, lm_head_weight.shape[0], float_spans=self.float_spans)
+            dt = nt.digits
+            pos, inv = torch.unique_consecutive(dt.rows, return_inverse=True)
+            ce_sum, zn = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], pos,
+                                                    self.vocab.ids_tensor(hidden.device), chunk_size,
+                                                    logit_transform, ce_w)
+            zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
                              position_ids, n_ex)

@@ -38,8 +38,9 @@ class DigitVocab:
 
 
 _GROUPING_HELP = (
-    "Digit-level losses need one token per digit; loss=mle works with any tokenizer. Grouped-digit "
-    "support (Llama-3 / DeepSeek-V3 style) is not implemented yet. Adding single-digit tokens "
+    "Digit-level losses need one token per digit, or numbers tokenised into pure digit tokens of 1..K "
+    "digits (Llama-3 / DeepSeek-V3 style: build_loss then uses their digit marginals, "
+    "numlearn.losses.numbers); loss=mle works with any tokenizer. Adding single-digit tokens "
     "(tokenizer.add_tokens) does not help: the pre-tokenizer still emits the grouped tokens, and "
     "forcing digits apart changes every number's tokenisation and the model's embeddings for it.")
 

@@ -64,12 +64,27 @@ class NumberVocab:
 
     def by_length(self, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids ``[n_L]``, digit table ``[n_L, L]``) of the length-``L`` number tokens."""
+        ids, table, _ = self._length_class(length, device)
+        return ids, table
+
+    def columns(self, length: int, device) -> torch.Tensor:
+        """``[n_L]``: where the length-``L`` number tokens sit in ``ids`` (the number columns)."""
+        return self._length_class(length, device)[2]
+
+    def _length_class(self, length: int, device):
         key = (length, str(device))
         if key not in self._by_len:
-            sel = [(i, s) for i, s in zip(self.ids, self.strings) if len(s) == length]
-            ids = torch.tensor([i for i, _ in sel], dtype=torch.long, device=device)
-            table = torch.tensor([[int(c) for c in s] for _, s in sel], dtype=torch.long, device=device)
-            self._by_len[key] = (ids, table.reshape(len(sel), length))
+            sel = [(k, i, s) for k, (i, s) in enumerate(zip(self.ids, self.strings)) if len(s) == length]
+            ids = torch.tensor([i for _, i, _ in sel], dtype=torch.long, device=device)
+            table = torch.tensor([[int(c) for c in s] for _, _, s in sel], dtype=torch.long, device=device)
+            cols = torch.tensor([k for k, _, _ in sel], dtype=torch.long, device=device)
+            self._by_len[key] = (ids, table.reshape(len(sel), length), cols)
+        return self._by_len[key]
+
+    def ids_tensor(self, device) -> torch.Tensor:
+        key = ("ids", str(device))
+        if key not in self._by_len:
+            self._by_len[key] = torch.tensor(self.ids, dtype=torch.long, device=device)
         return self._by_len[key]
 
     def lookup(self, vocab_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,11 +198,19 @@ def number_targets(targets: torch.Tensor, nv: NumberVocab, vocab_size: int, floa
     return NumberTargets(digits, place[c], L[c])
 
 
-def number_digit_logits(logits2d: torch.Tensor, nt: NumberTargets, nv: NumberVocab) -> torch.Tensor:
+def digit_counts(targets: torch.Tensor, nv: NumberVocab) -> torch.Tensor:
+    """``[B, T]`` digits of each target position's token (0: not a number token, or ignored)."""
+    size = max(max(nv.ids), int(targets.max()) if targets.numel() else 0) + 1
+    length_of, _ = nv.lookup(size, targets.device)
+    return torch.where(targets != IGNORE_INDEX, length_of[targets.clamp_min(0)], torch.zeros_like(targets))
+
+
+def number_digit_logits(logits2d: torch.Tensor, nt: NumberTargets, nv: NumberVocab,
+                        row_index: torch.Tensor | None = None) -> torch.Tensor:
     """``[N, 10]`` digit logits of the digit targets ``nt``: row ``i`` is ``zt[place_i, :]`` of its
-    token's length class, from ``logits2d`` (``[B*T, V]``, or only the rows ``nt`` names, keyed by
-    the same flat index: pass the full ``[B*T, V]`` view). Differentiable; exact (``z[digit ids]``)
-    where every number token is one digit."""
+    token's length class. ``logits2d``: the full ``[B*T, V]`` logits (``row_index`` None), or only
+    the number columns ``[P, len(nv.ids)]`` of P positions, digit ``i``'s token being row
+    ``row_index[i]``. Differentiable; exact (``z[digit ids]``) where every number token is one digit."""
     if nt.count == 0:
         return logits2d.new_zeros((0, 10), dtype=torch.float32)
     dev = logits2d.device
@@ -195,7 +218,10 @@ def number_digit_logits(logits2d: torch.Tensor, nt: NumberTargets, nv: NumberVoc
     for length in sorted(set(nt.length.tolist())):
         sel = torch.nonzero(nt.length == length).squeeze(1)
         ids, table = nv.by_length(length, dev)
-        zn = logits2d[nt.digits.rows[sel]][:, ids].float()  # [n, n_L]
+        if row_index is None:
+            zn = logits2d[nt.digits.rows[sel]][:, ids].float()  # [n, n_L]
+        else:
+            zn = logits2d[row_index[sel]][:, nv.columns(length, dev)].float()
         bins = table[:, nt.place[sel]].T  # [n, n_L]: the digit of each candidate at this row's place
         m = torch.full((len(sel), 10), float("-inf"), device=dev, dtype=zn.dtype)
         m = m.scatter_reduce(1, bins, zn.detach(), "amax", include_self=True)

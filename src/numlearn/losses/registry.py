@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from .base import TokenLoss, check_aux_normalization, check_ce_normalization
-from .digits import digit_token_ids
+from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
+from .numbers import number_token_vocab
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .token_level import EMOLoss, MixCELoss
 
@@ -94,7 +95,15 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
         except ValueError:
             vocab = None
     else:
-        vocab = digit_token_ids(tokenizer)
+        try:
+            vocab = digit_token_ids(tokenizer)
+        except TokenizerDigitError as single:
+            if isinstance(tokenizer, DigitVocab):
+                raise
+            try:  # digits grouped into number tokens of 1..K digits: their digit marginals
+                vocab = number_token_vocab(tokenizer)
+            except TokenizerDigitError as grouped:
+                raise TokenizerDigitError(f"{single} Number tokens: {grouped}") from None
     loss = cls(vocab, **options)
     if cls.needs_model_embeddings and model is not None and getattr(loss, "embedding", None) is None:
         loss.bind_model(model)

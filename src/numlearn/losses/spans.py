@@ -146,7 +146,12 @@ def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted:
     """Number of digit targets in ``[B, T]`` labels (unshifted unless ``labels_shifted``): pass the
     sum over a whole optimizer step as ``num_digits_in_batch`` to get step-normalised numeric terms
     in your own loop (``numlearn.losses.step_counts`` does both counts)."""
-    is_digit, _ = digit_values(to_targets(labels, labels_shifted), vocab)
+    targets = to_targets(labels, labels_shifted)
+    if not isinstance(vocab, DigitVocab):  # a NumberVocab: digits of number tokens
+        from .numbers import digit_counts
+
+        return int(digit_counts(targets, vocab).sum())
+    is_digit, _ = digit_values(targets, vocab)
     return int(is_digit.sum())
 
 
@@ -184,7 +189,12 @@ def count_examples(labels: torch.Tensor, vocab: DigitVocab | None = None, labels
     n_tok = int(torch.unique(ex[targets != IGNORE_INDEX]).numel())
     if vocab is None:
         return n_tok, 0
-    is_digit, _ = digit_values(targets, vocab)
+    if not isinstance(vocab, DigitVocab):  # a NumberVocab
+        from .numbers import digit_counts
+
+        is_digit = digit_counts(targets, vocab) > 0
+    else:
+        is_digit, _ = digit_values(targets, vocab)
     return n_tok, int(torch.unique(ex[is_digit]).numel())
 
 
