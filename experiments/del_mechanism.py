@@ -127,6 +127,32 @@ def _fmt(x, nd=3):
     return "" if x is None else f"{x:.{nd}f}"
 
 
+KEYS = ("mean_target_prob", "mean_digit_entropy", "mean_digit_logit", "mean_digit_mass", "code_lowers_share",
+        "code_lowers_weight_share", "paper_lowers_share", "paper_lowers_weight_share")
+
+
+def _summarise(rs: list[dict]) -> dict:
+    """Per-row mean over seeds and the seed-bootstrap interval of each measurement."""
+    from numlearn.reporting.stats import seed_mean_ci
+
+    out = {"seeds": len(rs)}
+    for k in KEYS:
+        vals = [r[k] for r in rs]
+        lo, hi = seed_mean_ci(vals)
+        out[k] = {"mean": sum(vals) / len(vals), "ci": [lo, hi], "values": vals}
+    for k in ("aux_over_ce", "digit_logit"):
+        hs = [list(r["history"][k].values()) for r in rs if r["history"].get(k)]
+        out[k] = [sum(v[i] for v in hs) / len(hs) for i in range(len(hs[0]))] if hs and len(hs) == len(rs) else None
+    return out
+
+
+def _cell(m: dict, nd: int = 3, scale: float = 1.0) -> str:
+    mean, (lo, hi) = m["mean"] * scale, m["ci"]
+    if lo != lo:  # NaN: one seed
+        return f"{mean:.{nd}f}"
+    return f"{mean:.{nd}f} [{lo * scale:.{nd}f}, {hi * scale:.{nd}f}]"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")
@@ -138,22 +164,26 @@ def main(argv=None) -> int:
     from numlearn.provenance import provenance
 
     records = heldout_records(a.n)
-    runs = {}
-    for spec in a.run:
-        name, _, path = spec.partition("=")
-        d = Path(path)
-        if not (d / "final").is_dir():
-            print(f"del_mechanism: error: {d}/final does not exist: train the run first", file=sys.stderr)
-            return 2
-        runs[name] = {"run_dir": str(d), **measure_model(d, records), "history": training_history(d),
-                      "run_json": {k: json.loads((d / "run.json").read_text()).get(k)
-                                   for k in ("loss", "loss_tag", "alpha", "seed", "recipe_sha")}}
-        print(f"[del_mechanism] {name}: done", file=sys.stderr, flush=True)
+    runs: dict[str, list[dict]] = {}
+    for spec in a.run:  # NAME=DIR[,DIR...]; a name given several run dirs (seeds) is averaged over them
+        name, _, paths = spec.partition("=")
+        for path in filter(None, paths.split(",")):
+            d = Path(path)
+            if not (d / "final").is_dir():
+                print(f"del_mechanism: error: {d}/final does not exist: train the run first", file=sys.stderr)
+                return 2
+            runs.setdefault(name, []).append(
+                {"run_dir": str(d), **measure_model(d, records), "history": training_history(d),
+                 "run_json": {k: json.loads((d / "run.json").read_text()).get(k)
+                              for k in ("loss", "loss_tag", "alpha", "seed", "recipe_sha")}})
+            print(f"[del_mechanism] {name} {d.name}: done", file=sys.stderr, flush=True)
+    summary = {name: _summarise(rs) for name, rs in runs.items()}
     data = data_place_weights(a.data_dir)
     prov = provenance()
     res = {"command": "python experiments/del_mechanism.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "provenance": prov,
-           "machine": f"{platform.platform()}, {torch.get_num_threads()} thread(s)", "runs": runs, "data": data}
+           "machine": f"{platform.platform()}, {torch.get_num_threads()} thread(s)", "runs": runs,
+           "summary": summary, "data": data}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "mechanism.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     git = (prov.get("git") or {}).get("commit", "?")
@@ -161,20 +191,20 @@ def main(argv=None) -> int:
              f"- command: `{res['command']}`", f"- date: {res['date']}", f"- git: {git}",
              f"- machine: {res['machine']}", "",
              "## Where one step of the DEL term lowers the target's probability (teacher forced, held-out)", "",
-             "| model | digits | target prob | digit entropy | mean digit logit | digit share of softmax "
-             "| code form lowers: positions | code: place weight | paper form lowers: positions | paper: place weight |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, r in runs.items():
-        lines.append(f"| {name} | {r['n_digits']} | {_fmt(r['mean_target_prob'])} | {_fmt(r['mean_digit_entropy'])} "
-                     f"| {_fmt(r['mean_digit_logit'], 2)} | {_fmt(r['mean_digit_mass'])} "
-                     f"| {100 * r['code_lowers_share']:.1f} % | {100 * r['code_lowers_weight_share']:.1f} % "
-                     f"| {100 * r['paper_lowers_share']:.1f} % | {100 * r['paper_lowers_weight_share']:.1f} % |")
-    lines += ["", "## Over training (metrics.jsonl: at 0 %, 10 %, 50 % and 100 % of the logged steps)", "",
-              "| model | aux / CE | mean digit logit |", "|---|---|---|"]
-    for name, r in runs.items():
-        h = r["history"]
-        ratio = " / ".join(_fmt(v) for v in h["aux_over_ce"].values())
-        logit = " / ".join(_fmt(v, 2) for v in h["digit_logit"].values()) if h["digit_logit"] else "not logged"
+             "Mean over the seeds given [95 % seed-bootstrap interval, with 2+ seeds]; one trained model per seed.", "",
+             "| model | seeds | target prob | digit entropy | mean digit logit | digit share of softmax "
+             "| code form lowers: positions (%) | code: place weight (%) | paper form lowers: positions (%) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, m in summary.items():
+        lines.append(f"| {name} | {m['seeds']} | {_cell(m['mean_target_prob'])} | {_cell(m['mean_digit_entropy'])} "
+                     f"| {_cell(m['mean_digit_logit'], 2)} | {_cell(m['mean_digit_mass'])} "
+                     f"| {_cell(m['code_lowers_share'], 1, 100)} | {_cell(m['code_lowers_weight_share'], 1, 100)} "
+                     f"| {_cell(m['paper_lowers_share'], 1, 100)} |")
+    lines += ["", "## Over training (metrics.jsonl, mean over seeds: at 0 %, 10 %, 50 % and 100 % of the logged steps)",
+              "", "| model | aux / CE | mean digit logit |", "|---|---|---|"]
+    for name, m in summary.items():
+        ratio = " / ".join(_fmt(v) for v in m["aux_over_ce"])
+        logit = " / ".join(_fmt(v, 2) for v in m["digit_logit"]) if m["digit_logit"] else "not logged"
         lines.append(f"| {name} | {ratio} | {logit} |")
     lines += ["", "## DEL's place weight per digit in the training data (from the text)", "",
               "| data | responses | digits | digits per 1,000 characters | mean place weight | share with weight >= 6 |",

@@ -197,10 +197,10 @@ def test_table1_end_to_end_on_two_shrunken_rows_then_reuse_runs_nothing(tmp_path
 def test_a_run_two_requests_want_is_one_job_with_both_evaluations(tmp_path):
     """A sweep point that is also a table row (del 1.28, seeds 0-2): trained once, evaluated on both
     splits in one job -- two jobs would train one run dir at the same time. Jobs are seed-major."""
-    rows = (Row("mle"), Row("del", 1.28))
+    rows = (Row("mle"), Row("del"))  # del at its configured weight, 1.28: the same run dirs as del:1.28
     jobs = pipeline.plan([pipeline.Request(rows, (0, 1)), pipeline.Request((Row("del", 1.28),), (0,), ("eval=synthetic_val",))],
                          experiment="table1_tiny", store=tmp_path / "s", outputs=tmp_path / "o", reuse=False)
-    assert [j.name for j in jobs] == ["mle seed=0", "del:1.28 seed=0", "mle seed=1", "del:1.28 seed=1"]
+    assert [j.name for j in jobs] == ["mle seed=0", "del seed=0", "mle seed=1", "del seed=1"]
     assert [p for p, _ in jobs[1].steps] == ["train", "evaluate", "evaluate synthetic_val", "publish"]
     assert [p for p, _ in jobs[3].steps] == ["train", "evaluate", "publish"]
     assert jobs[1].steps[-1][1][-5].endswith("del/alpha=1.28/seed=0")

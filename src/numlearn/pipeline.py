@@ -329,8 +329,10 @@ def plan(requests: list[Request], *, experiment: str, store: Path, outputs: Path
                     say(f"{tag} every seed has stored results (--reuse): nothing to run")
                     continue
                 say(f"{tag} seeds without stored results: {seeds_arg(todo)}")
-            for seed in todo:
-                evs = wanted.setdefault((row.label, seed), (row, []))[1]
+            runs = configured_run_roots([f"experiment={experiment}", *row.overrides(), f"paths.output_dir={outputs}",
+                                         f"seed={seeds_arg(todo)}"])
+            for seed, run in zip(todo, runs):  # keyed by the run dir: "del_paper" and "del_paper:1.28" are one
+                evs = wanted.setdefault((str(run), seed), (row, []))[1]
                 if req.evaluate not in evs:
                     evs.append(req.evaluate)
     order = sorted(wanted, key=lambda k: k[1])  # stable: rows keep their order within a seed
