@@ -76,3 +76,20 @@ def tiny_tokenizer(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     recs = synthetic_records(cache, 400, seed=0)
     return cached_tokenizer([format_prompt(r["instruction"]) + r["output"] for r in recs], cache, 400)
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer():
+    """Llama-3's tokenizer: assets/tokenizers/llama3 (make assets), or built here from the PyPI sdist
+    of llama-cpp-python (the package registry is reachable in CI); skipped with the reason otherwise."""
+    from transformers import AutoTokenizer
+
+    from numlearn.assets import llama3_tokenizer as build
+
+    path = TOKENIZERS / "llama3"
+    if not (path / "tokenizer.json").exists():
+        try:
+            path = build(REPO / "data_cache" / "llama3-tokenizer", REPO / "data_cache")
+        except Exception as e:  # noqa: BLE001 - no registry, no sdist: say why
+            pytest.skip(f"Llama-3 tokenizer not built ({type(e).__name__}: {e}): run `make assets`")
+    return AutoTokenizer.from_pretrained(path)

@@ -183,3 +183,31 @@ def test_losses_on_number_tokens_match_the_oracle_and_from_hidden(name, opts):
     torch.testing.assert_close(fused.loss, out.loss, rtol=1e-5, atol=1e-6)
     for a, b in zip(torch.autograd.grad(fused.loss, (h, W)), g_logits):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_llama3_tokenizer_built_offline_matches_hugging_faces_ids(llama3_tokenizer):
+    """The tokenizer built from llama.cpp's vocab GGUF against the reference ids shipped beside it, and
+    its number tokens: 1-3 digits, all 1,110 of them, numbers split left to right three at a time."""
+    from pathlib import Path
+
+    from numlearn.assets import llama3_reference
+
+    ref = llama3_reference(Path(llama3_tokenizer.name_or_path))
+    same = [llama3_tokenizer(t, add_special_tokens=False)["input_ids"] == ids for t, ids in ref]
+    assert len(ref) == 47 and sum(same) >= 46  # one Vietnamese string differs after conversion; no number does
+    assert all(s for (t, _), s in zip(ref, same) if any(c.isdigit() for c in t))
+    nv = number_token_vocab(llama3_tokenizer)
+    assert [sum(len(s) == k for s in nv.strings) for k in (1, 2, 3)] == [10, 100, 1000]
+    pieces = [llama3_tokenizer.decode([i]) for i in llama3_tokenizer("1234567", add_special_tokens=False)["input_ids"]]
+    assert pieces == ["123", "456", "7"]
+    for text, weights in {"1234567": [14, 12, 10, 8, 6, 4, 2], "007": [6, 4, 2], "-42": [4, 2],
+                          "3.14159": [2, *(1.02 ** -(k + 1) for k in range(1, 6))]}.items():
+        ids = llama3_tokenizer(text, add_special_tokens=False)["input_ids"]
+        nt = number_targets(torch.tensor([ids]), nv, len(llama3_tokenizer))
+        assert nt.digits.del_weight.tolist() == pytest.approx(weights), text
+    from numlearn.losses import build_loss
+
+    loss = build_loss("del", llama3_tokenizer, alpha=1.28)
+    labels = torch.tensor([[-100, *llama3_tokenizer("x 1234567 y", add_special_tokens=False)["input_ids"]]])
+    out = loss(torch.randn(1, labels.shape[1], len(llama3_tokenizer)), labels)
+    assert out.stats["n_digits"] == 7 and torch.isfinite(out.loss)
