@@ -93,3 +93,30 @@ def llama3_tokenizer():
         except Exception as e:  # noqa: BLE001 - no registry, no sdist: say why
             pytest.skip(f"Llama-3 tokenizer not built ({type(e).__name__}: {e}): run `make assets`")
     return AutoTokenizer.from_pretrained(path)
+
+
+class _SpaceyNumberTokenizer:
+    """Numbers come out as " 12"-style tokens (a leading space): neither single digits nor pure
+    number tokens, so every digit-level loss must refuse it."""
+
+    name_or_path = "spacey"
+    unk_token_id = None
+    vocab = {" 12": 0, "3": 1, "x": 2, " ": 3, ".": 4, "5": 5}
+
+    def __len__(self):
+        return len(self.vocab)
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.vocab[" 12"]] * 2}
+
+    def convert_tokens_to_ids(self, t):
+        return self.vocab.get(t)
+
+    def decode(self, ids, **kw):
+        inv = {v: k for k, v in self.vocab.items()}
+        return "".join(inv[i] for i in ids)
+
+
+@pytest.fixture
+def spacey_number_tokenizer():
+    return _SpaceyNumberTokenizer()

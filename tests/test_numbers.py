@@ -103,29 +103,11 @@ def test_deepseek_v3_number_tokens_and_real_tokenisations():
     assert math.isclose(nt.digits.del_weight[-1].item(), 1.02 ** -6, rel_tol=1e-6)
 
 
-def test_a_tokenizer_with_space_prefixed_number_tokens_is_refused():
-    class Tok:
-        name_or_path = "spacey"
-        unk_token_id = None
-        vocab = {" 12": 0, "3": 1, "x": 2, " ": 3, ".": 4, "5": 5}
-
-        def __len__(self):
-            return len(self.vocab)
-
-        def __call__(self, text, add_special_tokens=False):
-            return {"input_ids": [self.vocab.get(" 12", 0)] * 2}
-
-        def convert_tokens_to_ids(self, t):
-            return self.vocab.get(t)
-
-        def decode(self, ids, **kw):
-            inv = {v: k for k, v in self.vocab.items()}
-            return "".join(inv[i] for i in ids)
-
+def test_a_tokenizer_with_space_prefixed_number_tokens_is_refused(spacey_number_tokenizer):
     from numlearn.losses import TokenizerDigitError
 
     with pytest.raises(TokenizerDigitError, match="not digit strings: \\[' 12'"):
-        number_token_vocab(Tok())
+        number_token_vocab(spacey_number_tokenizer)
 
 
 def _deepseek():
