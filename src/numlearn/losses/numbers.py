@@ -62,12 +62,12 @@ class NumberVocab:
     def single_digit(self) -> bool:
         return self.max_len == 1
 
-    def by_length(self, length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def by_length(self, length: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids ``[n_L]``, digit table ``[n_L, L]``) of the length-``L`` number tokens."""
         ids, table, _ = self._length_class(length, device)
         return ids, table
 
-    def columns(self, length: int, device) -> torch.Tensor:
+    def columns(self, length: int, device: torch.device | str) -> torch.Tensor:
         """``[n_L]``: where the length-``L`` number tokens sit in ``ids`` (the number columns)."""
         return self._length_class(length, device)[2]
 
@@ -81,13 +81,13 @@ class NumberVocab:
             self._by_len[key] = (ids, table.reshape(len(sel), length), cols)
         return self._by_len[key]
 
-    def ids_tensor(self, device) -> torch.Tensor:
+    def ids_tensor(self, device: torch.device | str) -> torch.Tensor:
         key = ("ids", str(device))
         if key not in self._by_len:
             self._by_len[key] = torch.tensor(self.ids, dtype=torch.long, device=device)
         return self._by_len[key]
 
-    def lookup(self, vocab_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def lookup(self, vocab_size: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """(length ``[V]``: the digit count of each token, 0 if not a number token; slot ``[V]``: its
         row in ``by_length(length)``)."""
         key = ("lookup", vocab_size, str(device))
