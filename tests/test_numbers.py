@@ -193,3 +193,24 @@ def test_llama3_tokenizer_built_offline_matches_hugging_faces_ids(llama3_tokeniz
     labels = torch.tensor([[-100, *llama3_tokenizer("x 1234567 y", add_special_tokens=False)["input_ids"]]])
     out = loss(torch.randn(1, labels.shape[1], len(llama3_tokenizer)), labels)
     assert out.stats["n_digits"] == 7 and torch.isfinite(out.loss)
+
+
+def test_the_chunked_synthetic_tokenizer_groups_digits_as_llama3_does():
+    """model=tiny_chunk3's tokenizer: every digit run cut left to right into chunks of up to three, each
+    chunk one token, all 1,110 of them in the vocabulary even when the corpus never wrote them."""
+    import random
+
+    from numlearn.data.tokenizer import train_tokenizer
+    from numlearn.losses import build_loss
+
+    tok = train_tokenizer(["Add 82 and 34: 12 - 4 = 8, so 48. The answer is 130."] * 20, 400, (), "chunk3")
+    nv = number_token_vocab(tok)
+    assert [sum(len(s) == k for s in nv.strings) for k in (1, 2, 3)] == [10, 100, 1000] and nv.dot_id is not None
+    rng = random.Random(0)
+    for n in [0, 7, 1234567, 1000000, *(rng.randrange(10 ** rng.randint(1, 9)) for _ in range(200))]:
+        s = str(n)
+        pieces = [tok.decode([i]) for i in tok(f"x {s} y", add_special_tokens=False)["input_ids"]]
+        assert [p for p in pieces if p.isdigit()] == [s[i:i + 3] for i in range(0, len(s), 3)], s
+    assert isinstance(build_loss("del", tok, alpha=1.28).vocab, NumberVocab)
+    with pytest.raises(ValueError, match="digits='pairs'"):
+        train_tokenizer(["1"], 300, (), "pairs")

@@ -400,6 +400,11 @@ def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, fl
     (digit distributions per loss, the paper's Figure 1) rather than training."""
     with torch.no_grad():
         targets = to_targets(labels.to(logits.device), labels_shifted)
+        if not isinstance(vocab, DigitVocab):  # number tokens of 1..K digits: their digit marginals
+            from .numbers import number_digit_logits, number_targets
+
+            nt = number_targets(targets, vocab, logits.shape[-1], float_spans=float_spans)
+            return number_digit_logits(logits.reshape(-1, logits.shape[-1]), nt, vocab), nt.digits
         dt = number_spans(targets, vocab, float_spans=float_spans)
         ids = torch.tensor(vocab.digit_ids, device=logits.device)
         zd = logits.reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()

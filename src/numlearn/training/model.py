@@ -25,11 +25,12 @@ def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path, ass
     src = model_cfg.get("tokenizer")
     if src in (None, "", "same"):
         src = model_cfg.name_or_path
-    if src == "synthetic_bpe":
+    if src in ("synthetic_bpe", "synthetic_bpe_chunk3"):
         from numlearn.data.prompts import template_phrases
 
         phrases = template_phrases() if model_cfg.get("template_tokens", False) else ()
-        return cached_tokenizer(corpus_fn(), cache_dir, int(model_cfg.get("vocab_size", 768)), phrases)
+        digits = "chunk3" if src.endswith("chunk3") else "single"
+        return cached_tokenizer(corpus_fn(), cache_dir, int(model_cfg.get("vocab_size", 768)), phrases, digits)
     p = Path(str(src))
     if not p.is_absolute() and (root / p).exists():
         src = str(root / p)
