@@ -204,3 +204,15 @@ def test_a_run_two_requests_want_is_one_job_with_both_evaluations(tmp_path):
     assert [p for p, _ in jobs[1].steps] == ["train", "evaluate", "evaluate synthetic_val", "publish"]
     assert [p for p, _ in jobs[3].steps] == ["train", "evaluate", "publish"]
     assert jobs[1].steps[-1][1][-5].endswith("del/alpha=1.28/seed=0")
+
+
+def test_the_live_display_redraws_running_jobs_and_a_summary(tmp_path):
+    py = sys.executable
+    jobs = [Job(f"j{i}", [("train", [py, "-c", "import time; time.sleep(1.2)"])], tmp_path / f"j{i}.log")
+            for i in range(3)]
+    out = io.StringIO()
+    assert pipeline.run_jobs(jobs, 2, stream=out, live=True) == []
+    text = out.getvalue()
+    assert "\x1b[2K>>  j0" in text and "running" in text  # a running job's line, redrawn in place
+    last = text.rsplit("F", 1)[-1]  # the last redraw, after its cursor-up
+    assert "\x1b[2K3/3 jobs done, 0 running, 0 waiting, 0 failed\n" in last and ">>" not in last
