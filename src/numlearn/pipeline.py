@@ -159,13 +159,9 @@ def parse_grid(items: list[str]) -> dict[str, tuple[float, ...]]:
 
 
 # -- the configs: run dirs and the store ----------------------------------------------------------
-def _compose(config: str, overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    from numlearn.cli import conf_dir
-
-    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-        return compose(config, overrides=overrides)
+def _seed_override(o: str) -> list[int]:
+    """The seeds of a ``seed=`` override: a range (``seed=3-7``) or a list (``seed=0,1,2``)."""
+    return parse_seeds(o.split("=", 1)[1]) if re.fullmatch(r"seed=\d+-\d+", o) else seed_list(o)
 
 
 def configured_run_roots(overrides: list[str]) -> list[Path]:
@@ -180,7 +176,7 @@ def configured_run_roots(overrides: list[str]) -> list[Path]:
         if o.startswith("loss="):
             losses = o.split("=", 1)[1].split(",")
         elif o.startswith("seed="):
-            seeds = parse_seeds(o.split("=", 1)[1]) if re.fullmatch(r"seed=\d+-\d+", o) else seed_list(o)
+            seeds = _seed_override(o)
         else:
             rest.append(o)
     out = []
@@ -233,7 +229,7 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
     seeds, rest = [0], []
     for o in overrides:
         if o.startswith("seed="):
-            seeds = parse_seeds(o.split("=", 1)[1]) if re.fullmatch(r"seed=\d+-\d+", o) else seed_list(o)
+            seeds = _seed_override(o)
         else:
             rest.append(o)
     store = Path(store)
