@@ -69,7 +69,8 @@ distribution of the entropy of p.""")
 code("""from transformers import AutoModelForCausalLM, AutoTokenizer
 from numlearn.data.sources import read_records
 from numlearn.losses import digit_token_ids
-from numlearn.training.run import teacher_forced_digits
+from numlearn.records import ResultRecord, RunRecord
+from numlearn.evaluation.teacher_forced import teacher_forced_digits
 
 def digit_profile(run_dir, records):
     tok = AutoTokenizer.from_pretrained(run_dir / "final")
@@ -77,7 +78,7 @@ def digit_profile(run_dir, records):
     m = teacher_forced_digits(model, tok, records, digit_token_ids(tok), 256)
     return np.array(m["mass_by_distance"]), np.array(m["entropies"])
 
-runs = sorted({Path(json.loads(Path(f).read_text())["run"]["run_dir"]) for f in df["file"]})  # recorded, not guessed
+runs = sorted({Path(ResultRecord.read(f).run["run_dir"]) for f in df["file"]})  # recorded, not guessed
 CACHE = Path(os.environ.get("NUMLEARN_NB_CACHE", ROOT / "data_cache"))
 test_file = sorted((CACHE / "synthetic").glob("*/seed=0/test-*.jsonl"), key=lambda p: (-p.stat().st_mtime, -int(p.stem.split("-")[1])))
 records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(test_file[0])][:MAX_EXAMPLES] if test_file else []
@@ -88,8 +89,8 @@ if no_model:  # results from the store whose models this machine does not hold
     runs = [rd for rd in runs if rd not in no_model]
 profiles = {}
 for rd in runs:
-    meta = json.loads((rd / "run.json").read_text())
-    profiles[f"{meta['loss']} (alpha={meta['alpha']}, seed={meta['seed']})"] = digit_profile(rd, records)
+    meta = RunRecord.of_run_dir(rd)
+    profiles[f"{meta.row} (alpha={meta.alpha}, seed={meta.seed})"] = digit_profile(rd, records)
 fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
 for name, (prof, ents) in profiles.items():
     a1.plot(range(10), prof, marker="o", label=name)

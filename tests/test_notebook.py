@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
          "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
-         "data.n_train=200", "data.heldout.n=16", "train=smoke", "experiment_name=nb",
+         "data.n_train=200", "eval.teacher_forced.n=16", "train=smoke", "experiment_name=nb",
          "eval.benchmarks.synthetic_test.generator.n=6", "eval.benchmarks.synthetic_ood.generator.n=4",
          "eval.max_new_tokens_cap=8"]
 

@@ -173,7 +173,7 @@ def test_the_makefile_calls_the_pipeline_and_holds_no_loops():
 def test_table1_end_to_end_on_two_shrunken_rows_then_reuse_runs_nothing(tmp_path):
     """The real chain (train -> evaluate -> publish -> tables) on two rows shrunk to 2 steps and 2
     problems, two jobs at once; a second --reuse run trains nothing and rebuilds the same tables."""
-    small = "+train.max_steps=2+data.n_train=64+data.heldout.n=4+eval.limit=2"
+    small = "+train.max_steps=2+data.n_train=64+eval.teacher_forced.n=4+eval.limit=2"
     argv = ["table1", "--rows", f"mle{small},del{small}", "--seeds", "1", "--jobs", "2", "--live", "off",
             "--store", str(tmp_path / "store"), "--outputs", str(tmp_path / "out"), "--out", str(tmp_path / "tab"),
             "--selected", str(tmp_path / "none.json")]

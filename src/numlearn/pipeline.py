@@ -191,24 +191,23 @@ def configured_run_roots(overrides: list[str]) -> list[Path]:
 def stored_result_problem(d: Path, protocol: str, limit, recipe: dict) -> str | None:
     """Why the store's result in ``d`` (``.../eval/<benchmark>/<mode>``) cannot stand for this run;
     None when it can."""
+    from numlearn.records import RESULT
     from numlearn.reporting.store import read_result
 
-    found = [f for f in (d / "result.json", d / f"result.{protocol}.json") if f.exists()]
+    found = [f for f in (d / RESULT, d / f"result.{protocol}.json") if f.exists()]
     if not found:
         return "no result"
     why = []
     for f in found:
         r = read_result(f)
-        if r.get("protocol", "strict") != protocol:
-            why.append(f"protocol {r.get('protocol', 'strict')}")
+        if r.protocol != protocol:
+            why.append(f"protocol {r.protocol}")
             continue
-        if ((r.get("config") or {}).get("eval") or {}).get("limit") != limit:
-            why.append(f"problem limit {((r.get('config') or {}).get('eval') or {}).get('limit')}")
+        if r.limit != limit:
+            why.append(f"problem limit {r.limit}")
             continue
-        # the recipe the model was trained with (run.json, through the evaluator); older result
-        # files have only the evaluation's composed config, which names the same sections
-        stored = training_recipe((r.get("run") or {}).get("recipe") or r.get("config") or {})
-        diff = recipe_differences(stored, recipe)
+        # the recipe the model was trained with (run.json, through the evaluator)
+        diff = recipe_differences(training_recipe(r.training_config), recipe)
         if diff:
             why.append("trained with another recipe (" + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "") + ")")
             continue

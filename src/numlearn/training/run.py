@@ -3,7 +3,9 @@
 Run dir layout::
 
     <run_dir>/config.yaml        resolved config
-    <run_dir>/run.json           provenance, data report, effective weight of the numeric term, status
+    <run_dir>/run.json           RunRecord (numlearn.records): provenance, data report, effective weight of
+                                 the numeric term, status. Training records training only: every
+                                 measurement (the teacher-forced digit metrics too) is numlearn.evaluate's
     <run_dir>/metrics.jsonl      every log record (loss, loss/ce, loss/aux, digit accuracy, entropy)
     <run_dir>/checkpoints/       Trainer checkpoints (resume point)
     <run_dir>/final/             model + tokenizer (what evaluation loads)
@@ -26,7 +28,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.losses import LOSSES, capabilities
-from numlearn.provenance import provenance, write_json
+from numlearn.provenance import provenance
+from numlearn.records import RUN_META, RunRecord
 from numlearn.rundirs import damaged_weights, recipe_sha, run_is_complete, training_recipe
 from numlearn.training.launch import launch_info
 
@@ -42,50 +45,6 @@ def loss_options(loss_cfg) -> dict:
     ``tag``, the name of a loss config that varies a loss's options: it names the run dir)."""
     return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k not in ("name", "tag")}
 
-
-
-def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32) -> dict:
-    """Teacher-forced CE and digit statistics of ``model`` on ``{"instruction", "output"}`` records
-    (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
-    ``n_digits``, ``n_examples``, plus ``mass_by_distance`` and ``entropies`` for analysis."""
-    from numlearn.data.collate import PadCollator, tokenize_records
-    from numlearn.losses import IGNORE_INDEX, digit_summary, digit_view, shift_targets
-
-    feats, _ = tokenize_records(records, tokenizer, max_length)
-    coll = PadCollator(tokenizer.pad_token_id)
-    was_training = model.training
-    model.eval()
-    ce_sum = n_tok = 0.0
-    tot: dict = {}
-    ents = []
-    dev = next(model.parameters()).device
-    with torch.no_grad():
-        for i in range(0, len(feats), batch_size):
-            b = {k: v.to(dev) for k, v in coll(feats[i : i + batch_size]).items()}
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            t = shift_targets(b["labels"])
-            ce_sum += float(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum"))
-            n_tok += float((t != IGNORE_INDEX).sum())
-            s = digit_summary(*digit_view(logits, b["labels"], vocab))
-            ents.append(s.pop("entropies").cpu())
-            for k, v in s.items():
-                tot[k] = tot[k] + v if k in tot else v
-    model.train(was_training)
-    n = float(tot.get("n", 0.0))
-    nd = max(n, 1.0)
-    return {"ce": ce_sum / max(n_tok, 1), "digit_acc": float(tot.get("correct", 0.0)) / nd,
-            "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "digit_nll": float(tot.get("nll", 0.0)) / nd,
-            "n_digits": int(n), "n_examples": len(feats),
-            "mass_by_distance": (tot["mass_by_distance"] / nd).tolist() if n else [0.0] * 10,
-            "entropies": torch.cat(ents).tolist() if ents else []}
-
-
-def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_size: int = 32) -> dict:
-    """The scalar held-out metrics recorded in ``run.json``."""
-    if getattr(loss_fn, "vocab", None) is None:
-        return {}
-    m = teacher_forced_digits(model, tokenizer, records, loss_fn.vocab, max_length, batch_size)
-    return {k: m[k] for k in ("ce", "digit_acc", "digit_nll", "digit_entropy", "n_digits", "n_examples")}
 
 
 @dataclass
@@ -342,7 +301,7 @@ def train(cfg: DictConfig) -> Path:
             meta["templates_at_paper_layout"] = rank_templates(cfg, paper_ws)
         if not main:
             return run_dir
-        write_json(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else "run.json"), meta)
+        RunRecord.from_dict(meta).write(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else RUN_META))
         print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
               f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
               f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"
@@ -365,8 +324,6 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     from transformers import TrainingArguments
 
     from numlearn.data.collate import PackCollator, PadCollator, tokenize_records
-    from numlearn.data.sources import read_records
-    from numlearn.data.synthetic import ensure_synthetic
     from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
     from numlearn.training.model import build_model
 
@@ -389,7 +346,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
             "n_params": sum(p.numel() for p in model.parameters())}
     main = is_main_process()
     if main:
-        write_json(meta_path, meta)
+        RunRecord.from_dict(meta, meta_path).write()
     wandb = cfg.logger.name == "wandb" and main
     if wandb:
         from numlearn.tracking import init_run
@@ -469,24 +426,16 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         trainer.save_model(str(final_dir))
         if trainer.is_world_process_zero():
             tokenizer.save_pretrained(str(final_dir))
-        held = {}
-        hcfg = cfg.data.get("heldout")
-        # every process runs the held-out pass: under FSDP each forward gathers from all ranks
-        if hcfg and int(hcfg.get("n") or 0) > 0:
-            if cfg.data.source == "synthetic":
-                path = ensure_synthetic(cache_dir, 0, int(hcfg.n), 0, int(cfg.data.get("seed", 0)))["test"]
-                recs = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
-                held = heldout_metrics(model, tokenizer, recs, loss_fn, int(tcfg.max_length))
         whole = whole_run_loss(metrics_path)
         train_metrics = {**result.metrics, **({"train_loss": whole} if whole is not None else {}),
                          "train_loss_note": "mean of the logged losses over the whole run, resumes included"}
         meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2), resumed_from=last,
-                    train_metrics=train_metrics, heldout=held, global_step=trainer.state.global_step)
+                    train_metrics=train_metrics, global_step=trainer.state.global_step)
         if peak is not None:
             meta["peak_gpu_memory"] = peak
         if trainer.is_world_process_zero():
-            write_json(meta_path, meta)
-            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
+            RunRecord.from_dict(meta, meta_path).write()
+            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}", flush=True)
     finally:
         if wandb:
             from numlearn.tracking import finish_run
