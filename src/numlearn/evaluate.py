@@ -31,10 +31,10 @@ def backend_from_config(ecfg, model_path: str, seed: int = 0):
 def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig
     from numlearn.evaluation.benchmarks import check_limit, load_benchmark
-    from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import METRIC_NOTES, compute_metrics, per_problem_scores
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
     from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
+    from numlearn.evaluation.scorers import check_protocol
     from numlearn.evaluation.spec import BenchmarkSpec
     from numlearn.provenance import provenance
     from numlearn.records import ResultRecord, RunRecord, result_path

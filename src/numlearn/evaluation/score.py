@@ -20,9 +20,9 @@ from pathlib import Path
 
 from numlearn.records import RESULT, BadRecord, ResultRecord
 
-from .extract import PROTOCOLS
 from .metrics import compute_metrics, per_problem_scores
 from .runner import read_jsonl, rescore
+from .scorers import PROTOCOLS
 from .spec import BenchmarkSpec
 
 

@@ -389,8 +389,9 @@ def main(argv=None) -> int:
     ap.add_argument("--command", default=None, help="the command recorded in the header")
     ap.add_argument("--no-reference", action="store_true", help="omit the paper's reference rows")
     ap.add_argument("--wandb", action="store_true", help="also log the tables to W&B (offline without a key)")
-    ap.add_argument("--protocol", choices=("strict", "official"), default=None,
-                    help="evaluation protocol of the table (default: the one protocol the results share)")
+    ap.add_argument("--protocol", default=None,
+                    help="the scorer of the table (strict, official, math-verify: numlearn.evaluation.scorers; "
+                         "default: the one the results share)")
     ap.add_argument("--skip-bad", action="store_true", help="leave out unreadable result files (named on stderr)")
     ap.add_argument("--exclude-benchmarks", default="",
                     help="comma-separated benchmarks to leave out (e.g. the validation split weights were chosen on)")
