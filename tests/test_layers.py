@@ -14,6 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "numlearn"
 # every top-level module and package of numlearn, by floor; imports point strictly downwards
 LEVEL = {
     "records": 0,  # the run-dir paths and the RunRecord/ResultRecord contract: imports nothing of numlearn
+    "schema": 0,  # the config schema (Hydra structured configs): imports nothing of numlearn
     "dtypes": 1, "provenance": 1, "tracking": 1, "cli": 1, "rundirs": 1, "losses": 1,
     "integrations": 2, "data": 2, "assets": 2,
     "training": 3, "evaluation": 3,

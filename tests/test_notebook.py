@@ -56,6 +56,29 @@ def test_analysis_notebook_executes(tmp_path):
     assert "1 of 2 runs have no local model" in printed
 
 
+def _analysis():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_analysis_notebook", REPO / "notebooks" / "make_analysis_notebook.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # builds the cells; executes nothing (the __main__ guard)
+    return mod.nb
+
+
+def test_analysis_notebook_is_committed_with_outputs_from_the_store():
+    """make notebook (python -m numlearn.pipeline notebook): the committed notebook is its generator's,
+    executed on the committed store, so its tables and plots show on a code host."""
+    nbformat = pytest.importorskip("nbformat")
+    committed = nbformat.read(REPO / "notebooks" / "analysis.ipynb", as_version=4)
+    assert [c.source for c in committed.cells] == [c.source for c in _analysis().cells], \
+        "notebooks/analysis.ipynb is stale: run make notebook"
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(c.outputs for c in code)
+    assert not [o for c in code for o in c.outputs if o.get("output_type") == "error"]
+    images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 3  # per-digit accuracy, weight sweep, digit distributions (the stored figure)
+
+
 def _tutorial():
     import importlib.util
 

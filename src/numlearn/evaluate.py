@@ -24,8 +24,8 @@ def backend_from_config(ecfg, model_path: str, seed: int = 0):
 
     return get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
                        tensor_parallel_size=int(ecfg.get("tensor_parallel_size") or 1),
-                       max_model_len=ecfg.get("max_model_len", 4096), seed=int(seed),
-                       enforce_eager=ecfg.get("enforce_eager", False))
+                       max_model_len=int(ecfg.max_model_len), seed=int(seed),
+                       enforce_eager=bool(ecfg.enforce_eager))
 
 
 def run_evaluation(cfg: DictConfig) -> list[Path]:
@@ -41,12 +41,12 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.rundirs import damaged_weights
 
     ecfg = cfg.eval
-    protocol = check_protocol(str(ecfg.get("protocol", "strict")))
+    protocol = check_protocol(str(ecfg.protocol))
     check_limit(ecfg.get("limit"))
     if not float(ecfg.pot_timeout_s) > 0:
         raise ValueError(f"eval.pot_timeout_s={ecfg.pot_timeout_s} would time out every program; give a positive "
                          "number of seconds (the official executor's is 5)")
-    allow_unsafe = bool(ecfg.get("allow_unsafe_exec", False))
+    allow_unsafe = bool(ecfg.allow_unsafe_exec)
     isolated, isolation = isolation_status()
     if not isolated and not allow_unsafe:  # refuse before any model or generation
         raise SandboxUnavailable(isolation)
@@ -117,7 +117,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
             gen_info = evaluate_problems(
                 problems, backend, spec, mode, sampling, out / "generations.jsonl",
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
-                symbolic_math=bool(ecfg.get("symbolic_math", False)),
+                symbolic_math=bool(ecfg.symbolic_math),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol, allow_unsafe_exec=allow_unsafe,
                 generation_key=generation_key(model_key, sampling),
                 program_workers=int(ecfg.get("program_workers") or os.cpu_count() or 1),

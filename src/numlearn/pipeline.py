@@ -244,7 +244,7 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
                                  "the output directory, so leave eval_dir at its default") from None
             ecfg = cfg.eval
             limit = OmegaConf.to_container(ecfg).get("limit")
-            protocol = str(ecfg.get("protocol", "strict"))
+            protocol = str(ecfg.protocol)
             recipe = training_recipe(cfg)
             problems = {f"{name}/{mode}": stored_result_problem(store / rel / name / mode, protocol, limit, recipe)
                         for name, bcfg in ecfg.benchmarks.items()
@@ -577,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     running(p)
     p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
     p.add_argument("--out", type=Path, default=ABLATION_OUT)
+    p = sub.add_parser("notebook", help="execute notebooks/analysis.ipynb from the committed store, outputs kept")
     p = sub.add_parser("runs", help="the run directories the configs name (Hydra overrides)")
     p.add_argument("overrides", nargs="*")
     p = sub.add_parser("pending", help="the seeds without a usable stored result (Hydra overrides)")
@@ -595,7 +596,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def notebook() -> int:
+    """notebooks/analysis.ipynb regenerated from its script and executed on the committed store, so
+    it is committed with its tables and plots (a reader on a code host sees them)."""
+    from numlearn.cli import REPO_ROOT
+
+    script = REPO_ROOT / "notebooks" / "make_analysis_notebook.py"
+    if not script.is_file():
+        raise PipelineError(f"{script} not found: run from a clone of numlearn")
+    _say(f"[notebook] executing {script.with_name('analysis.ipynb')} on {STORE}")
+    return subprocess.run([sys.executable, str(script), "--execute"], cwd=REPO_ROOT).returncode
+
+
 def _dispatch(a) -> int:
+    if a.cmd == "notebook":
+        return notebook()
     if a.cmd == "runs":
         for p in configured_run_roots(a.overrides):
             print(p)

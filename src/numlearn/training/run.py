@@ -112,6 +112,7 @@ def check_run_options(cfg) -> None:
     if cfg.get("harness_name") == "official" and not cfg.get("paper_row"):
         raise ValueError("harness=official reproduces a paper preset's own script: add experiment=table1_<model> "
                          "(or ablation_qwen2.5-1.5b)")
+    # the schema (numlearn.schema.TrainConfig) types every key; what a type cannot say is checked here
     for key in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
         v = cfg.train.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -128,7 +129,7 @@ def check_run_options(cfg) -> None:
     if fused is not False and cfg.train.get("fsdp") and int((cfg.train.get("fsdp_config") or {}).get("version", 2)) == 1:
         raise ValueError("train.fused_linear_loss with FSDP1 (train.fsdp_config.version=1) is untested: FSDP1's flat "
                          "parameters are not the head weight outside its forward; use FSDP2 (version 2) or set it to false")
-    sampling = cfg.train.get("sampling") or "random"
+    sampling = cfg.train.sampling
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
     if sampling == "group_by_length" and template_draw(cfg) == "rank" and cfg.data.get("template") == "official":
@@ -139,7 +140,7 @@ def check_run_options(cfg) -> None:
     if packing not in (None, False, True) and not (isinstance(packing, int) and packing >= 1):
         raise ValueError(f"train.packing={packing!r}: false, true (rows of 2x the longest example) or the row "
                          "capacity as a multiple of the batch's longest example (an integer >= 1)")
-    if packing and cfg.train.get("attention_mask", True):
+    if packing and cfg.train.attention_mask:
         raise ValueError("train.packing needs train.attention_mask=false: packed examples are kept apart through "
                          "restarting position_ids, which transformers reads only when no attention mask is passed")
 
@@ -365,38 +366,38 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         warmup_steps=float(tcfg.warmup_ratio),
         weight_decay=float(tcfg.weight_decay),
         adam_beta2=float(tcfg.get("adam_beta2", 0.999)),
-        max_grad_norm=float(tcfg.get("max_grad_norm", 1.0)),
+        max_grad_norm=float(tcfg.max_grad_norm),
         num_train_epochs=float(tcfg.num_train_epochs),
         max_steps=int(tcfg.get("max_steps") or -1),
         logging_steps=int(tcfg.logging_steps),
         save_strategy="steps",
         save_steps=int(tcfg.save_steps),
-        save_total_limit=int(tcfg.get("save_total_limit", 2)),
+        save_total_limit=int(tcfg.save_total_limit),
         bf16=bool(tcfg.get("bf16", False)) and use_cuda,
         seed=int(cfg.seed),
         data_seed=int(cfg.seed),
         report_to=["wandb"] if cfg.logger.name == "wandb" else [],
         run_name=str(cfg.get("run_name") or run_dir.name),
-        dataloader_num_workers=int(tcfg.get("dataloader_num_workers", 0)),
+        dataloader_num_workers=int(tcfg.dataloader_num_workers),
         remove_unused_columns=False,
-        disable_tqdm=bool(tcfg.get("disable_tqdm", False)),
+        disable_tqdm=bool(tcfg.disable_tqdm),
         use_cpu=not use_cuda,
         fsdp=tcfg.get("fsdp") or "",
         fsdp_config=(OmegaConf.to_container(tcfg.fsdp_config, resolve=True)
                      if tcfg.get("fsdp") and tcfg.get("fsdp_config") else None),
-        gradient_checkpointing=bool(tcfg.get("gradient_checkpointing", False)),
+        gradient_checkpointing=bool(tcfg.gradient_checkpointing),
         # non-padding input tokens in every log record (a gather per micro-batch: throughput checks)
-        include_num_input_tokens_seen="non_padding" if tcfg.get("count_input_tokens", False) else "no",
+        include_num_input_tokens_seen="non_padding" if tcfg.count_input_tokens else "no",
         average_tokens_across_devices=True,
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
-        train_sampling_strategy=str(tcfg.get("sampling") or "random"),
+        train_sampling_strategy=str(tcfg.sampling),
     )
     fused = uses_fused_linear_loss(cfg)
     bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
     extra = {"logits_to_keep": 1} if fused else None
     packing = tcfg.get("packing")
     collator = (PackCollator(tokenizer.pad_token_id, 2 if packing is True else int(packing), extra=extra) if packing
-                else PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.get("attention_mask", True)),
+                else PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.attention_mask),
                                  extra=extra))
     trainer = NumlearnTrainer(
         model=model, args=args, train_dataset=feats, data_collator=collator,
