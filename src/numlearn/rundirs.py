@@ -27,6 +27,8 @@ def training_recipe(cfg) -> dict:
 
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     train = {k: v for k, v in (c.get("train") or {}).items() if k not in BOOKKEEPING_TRAIN_KEYS}
+    if not train.get("fsdp"):  # the sharding options act only under FSDP (they name the model's layer class)
+        train.pop("fsdp_config", None)
     data = c.get("data")
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k not in MEASUREMENT_DATA_KEYS}

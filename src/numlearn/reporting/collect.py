@@ -18,11 +18,12 @@ class BadResultFile(BadRecord):
     pass
 
 
-def shared_recipe(r: ResultRecord) -> dict:
+def shared_recipe(r: ResultRecord, ignore: tuple[str, ...] = ()) -> dict:
     """What the runs of one table must share: the training recipe of the run behind result ``r``
-    (``run.recipe``, or the evaluation's composed config for older files) less its loss and seed."""
+    (``run.recipe``, or the evaluation's composed config for older files) less its loss and seed
+    (and the sections in ``ignore``: ``model`` for a table that compares tokenizers)."""
     rec = training_recipe(r.training_config)
-    return {k: v for k, v in rec.items() if k not in ("loss", "seed")}
+    return {k: v for k, v in rec.items() if k not in ("loss", "seed", *ignore)}
 
 
 def check_one_recipe(recipes: dict[str, dict]) -> None:
@@ -70,7 +71,7 @@ def _one_result_per_cell(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad: bool = False,
-                 skipped: list | None = None) -> pd.DataFrame:
+                 skipped: list | None = None, recipe_may_differ_in: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per result file. ``protocol``: take each generation's result under that protocol
     (see ``numlearn.evaluation.score --write``); None accepts one protocol only -- a table never
     mixes the two. A file that is not a readable result raises ``BadResultFile`` naming it, or with
@@ -108,7 +109,7 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
             "correct_by_id": r.correct_by_id, "distance_by_id": r.distance_by_id,
             "git": r.git_commit, "heldout": r.heldout,
         })
-        recipes[str(r.path)] = shared_recipe(r)
+        recipes[str(r.path)] = shared_recipe(r, recipe_may_differ_in)
     if missing:
         raise FileNotFoundError(f"{len(missing)} result(s) have no {protocol} scoring (e.g. {missing[0]}); run "
                                 f"python -m numlearn.evaluation.score <generations.jsonl> --protocol {protocol} --write")
