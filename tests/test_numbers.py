@@ -242,8 +242,9 @@ def test_whole_number_ntl_by_hand_and_through_from_hidden(variant):
         z = logits[0, pos, ids]
         p = torch.softmax(z, 0)
         y = float(int(TOKENS[target]))
-        terms.append(sum(pi * abs(v - y) for pi, v in zip(p, vals)) if variant == "was"
-                     else (sum(pi * v for pi, v in zip(p, vals)) - y) ** 2)
+        term = (sum(pi * abs(v - y) for pi, v in zip(p, vals)) if variant == "was"
+                else (sum(pi * v for pi, v in zip(p, vals)) - y) ** 2)
+        terms.append(len(TOKENS[target]) * term)  # counted at each of the token's digits
     assert len(terms) == 5 and n_digits == 3 + 2 + 2 + 1 + 3  # targets "123" "34" "07" "9" "007"
     ce = torch.nn.functional.cross_entropy(logits[0, :-1].float(), torch.tensor(t), ignore_index=-100)
     want = ce + 0.7 * torch.stack(terms).sum() / n_digits
@@ -268,10 +269,12 @@ def test_whole_number_ntl_is_digit_ntl_on_single_digit_tokens(char_tokenizer):
         assert torch.equal(a.loss, b.loss)
 
 
-def test_whole_number_ntl_refuses_what_it_cannot_mean():
+def test_whole_number_ntl_refuses_an_unknown_level_and_takes_every_normalisation():
     from numlearn.losses import NTLLoss
 
     with pytest.raises(ValueError, match="level='words'"):
         NTLLoss(NV, alpha=1.0, level="words")
-    with pytest.raises(ValueError, match="example_mean is undefined"):
-        NTLLoss(NV, alpha=1.0, level="number", aux_normalization="example_mean")
+    seq = torch.tensor([[41, 30, 41, 9, 43, 20, 41]])  # example_mean: each row's digits weigh 1 in all
+    logits = torch.randn(1, 7, V)
+    out = NTLLoss(NV, alpha=1.0, level="number", aux_normalization="example_mean")(logits, seq)
+    assert torch.isfinite(out.aux) and out.aux > 0

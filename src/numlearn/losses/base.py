@@ -282,7 +282,7 @@ class DigitLoss(TokenLoss):
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
             return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                                  num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                                 position_ids, n_ex, number_view=(zn, flat_t[pos]))
+                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv))
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
                              position_ids, n_ex)
@@ -339,7 +339,7 @@ class DigitLoss(TokenLoss):
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
             return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                                  num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                                 position_ids, n_ex, number_view=(zn, flat_t[pos]))
+                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv))
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
                              position_ids, n_ex)
@@ -358,7 +358,9 @@ class DigitLoss(TokenLoss):
                  position_ids=None, n_examples=0, number_view=None) -> LossOutput:
         """CE mean (see ``ce_normalization``) and the normalised numeric term (see
         ``aux_normalization``) -> LossOutput. ``number_view``: (number-column logits ``[P, n]``,
-        target ids ``[P]``) of a number-token vocabulary, for a term on number tokens."""
+        target ids ``[P]``, each digit target's token ``[N]``) of a number-token vocabulary, for a term
+        on number tokens: a token's term is counted at each of its digits, so every normalisation
+        stays a per-digit one."""
         ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_examples)
 
         denom = max(float(dt.count), 1.0)
@@ -371,10 +373,12 @@ class DigitLoss(TokenLoss):
             per_digit, n_local = per_example_weights(example_ids(targets, position_ids).reshape(-1)[dt.rows])
             n = _as_float(num_digit_examples_in_step)
             denom = max(n if n is not None else float(n_local), 1.0)
-        if self.alpha > 0 and self.on_number_tokens and number_view is not None:
-            aux = self.alpha * self.number_term(*number_view).sum() / denom  # example_mean refused at init
-        elif self.alpha > 0:
-            term = self.digit_term(zd, dt)
+        if self.alpha > 0:
+            if self.on_number_tokens and number_view is not None:
+                zn, target_ids, token_of_digit = number_view
+                term = self.number_term(zn, target_ids)[token_of_digit]  # [N]: the token's term at each digit
+            else:
+                term = self.digit_term(zd, dt)
             aux = self.alpha * (term if per_digit is None else term * per_digit).sum() / denom
         else:
             aux = zd.sum() * 0.0  # keeps the graph so backward works with no digits / alpha 0

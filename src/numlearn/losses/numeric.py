@@ -58,8 +58,9 @@ class NTLLoss(DigitLoss):
     level="number" (for tokenizers that group digits into number tokens, the ntloss-style
     ``digit_level=False`` comparison): the same two terms on whole number tokens, with p the softmax
     over the number tokens only and k running over their integer values (Llama-3: 0..999; "7", "07"
-    and "007" are all 7), once per number-token target, weighted like the digit terms (alpha over the
-    step's digit targets). With single-digit tokens it is the digit level exactly.
+    and "007" are all 7). A token's term is counted at each of its digits, so alpha and every
+    ``aux_normalization`` mean what they mean for the digit terms (a mean over digit targets). With
+    single-digit tokens it is the digit level exactly.
     alpha has no default (the NTL authors use 0.3 on their own scale). The DEL authors' baseline takes ``.mean()`` over the
     ``[N, 10]`` terms with coefficient 1, i.e. alpha 0.1 per micro-batch; in their Qwen/DeepSeek
     script that is summed over GA x W micro-batches (effective 12.8 for Qwen2.5-1.5B).
@@ -74,9 +75,6 @@ class NTLLoss(DigitLoss):
             raise ValueError(f"NTL variant={variant!r}; choose 'was' or 'mse'")
         if level not in NTL_LEVELS:
             raise ValueError(f"NTL level={level!r}; choose one of {NTL_LEVELS} (number: on whole number tokens)")
-        if level == "number" and aux_normalization == "example_mean":
-            raise ValueError("NTL level=number weighs number tokens, not digits: aux_normalization=example_mean "
-                             "is undefined for it; use step (the default), microbatch_sum or microbatch_mean")
         self.variant, self.level = variant, level
         self.on_number_tokens = level == "number"
 
