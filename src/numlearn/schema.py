@@ -1,7 +1,7 @@
 """The config's one schema: Hydra structured configs for the sections every run shares.
 
-``train`` and ``eval`` (and ``eval.teacher_forced``) are dataclasses registered in Hydra's
-ConfigStore; each preset in ``conf/train`` and ``conf/eval`` starts from its schema
+``train``, ``data`` and ``eval`` (and ``eval.teacher_forced``) are dataclasses registered in Hydra's
+ConfigStore; each preset in ``conf/train``, ``conf/data`` and ``conf/eval`` starts from its schema
 (``defaults: [_schema, _self_]``) and sets only what differs. So every default lives here once,
 a key is typed when the config is composed (``train.max_steps=ten`` or ``eval.temperature=hot`` is
 an error naming the key before anything loads), a misspelt key is refused, and code reads
@@ -21,6 +21,8 @@ conftest; code that composes ``conf/`` itself calls it first.
 # ruff: noqa: UP006, UP035, UP045 - OmegaConf 2.3 reads typing's Optional/List/Dict, not X | None
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
 
 # the official stop strings (the DEL authors' run_open.py / run_choice.py) plus the chat templates'
 OFFICIAL_STOP = ["USER:", "ASSISTANT:", "### Instruction:", "Response:", "\n\nProblem", "\nProblem", "Problem:",
@@ -75,6 +77,32 @@ class TrainConfig:
 
 
 @dataclass
+class DataConfig:
+    """``data``: the training data (``numlearn.data.sources``). The shared keys have defaults; each
+    source's own keys are null unless its preset sets them (so a recipe never gains a key it did not
+    have: ``numlearn.rundirs.recipe_differences`` treats an absent key and a null one alike)."""
+
+    name: str = MISSING
+    source: str = MISSING  # synthetic | local | hf
+    template: str = "alpaca"  # alpaca | official (the authors' set)
+    template_draw: Optional[str] = None  # official only: run (null: one draw for all ranks) | rank
+    boundary: str = "split"  # split | joint (as the authors' trainers tokenise)
+    limit: Optional[int] = None  # the first N training records (null: all)
+    # source=synthetic
+    n_train: Optional[int] = None
+    seed: Optional[int] = None
+    pot: Any = None  # true | false | the share of problems also given as PoT (a float)
+    # source=local
+    files: Optional[List[str]] = None
+    limit_per_file: Optional[int] = None
+    fetch: Optional[List[Dict[str, Any]]] = None  # pinned sources of the files (make data)
+    # source=hf
+    hf_name: Optional[str] = None
+    split: Optional[str] = None
+    load_kwargs: Optional[Dict[str, Any]] = None
+
+
+@dataclass
 class TeacherForcedConfig:
     """``eval.teacher_forced``: the solutions the teacher-forced digit metrics are measured on."""
 
@@ -118,11 +146,12 @@ class EvalConfig:
     teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
 
 
-SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig}
+SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig}
 
 
 def register() -> None:
-    """Put the schemas in Hydra's ConfigStore (idempotent): ``train/_schema``, ``eval/_schema``."""
+    """Put the schemas in Hydra's ConfigStore (idempotent): ``train/_schema``, ``eval/_schema``,
+    ``data/_schema``."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()

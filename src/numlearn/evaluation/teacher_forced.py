@@ -90,7 +90,7 @@ def teacher_forced_records(tcfg, data_cfg, data_root: str | Path, cache_dir: str
     if source == "synthetic":
         from numlearn.data.synthetic import ensure_synthetic
 
-        path = ensure_synthetic(Path(cache_dir), 0, n, 0, int(data_cfg.get("seed", 0)))["test"]
+        path = ensure_synthetic(Path(cache_dir), 0, n, 0, int(data_cfg.get("seed") or 0))["test"]
         return [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)][:n]
     if not tcfg.get("file"):
         raise ValueError("eval.teacher_forced.source=file needs eval.teacher_forced.file: a JSONL or JSON file of "

@@ -132,7 +132,7 @@ def check_run_options(cfg) -> None:
     sampling = cfg.train.sampling
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
-    if sampling == "group_by_length" and template_draw(cfg) == "rank" and cfg.data.get("template") == "official":
+    if sampling == "group_by_length" and template_draw(cfg) == "rank" and cfg.data.template == "official":
         raise ValueError("train.sampling=group_by_length with data.template_draw=rank: each rank's lengths come from "
                          "its own template, so the ranks would group (and shard) the examples differently; use "
                          "train.sampling=random or data.template_draw=run")
@@ -167,7 +167,7 @@ def rank_templates(cfg, world_size: int) -> list[dict]:
     0 records them all."""
     from numlearn.data.prompts import training_template
 
-    mode = cfg.data.get("template", "alpaca")
+    mode = cfg.data.template
     return [{"rank": r, "official_index": training_template(mode, int(cfg.seed), template_rank(cfg, r)).index}
             for r in range(max(int(world_size), 1))]
 
@@ -189,7 +189,7 @@ def plan_run(cfg) -> RunPlan:
         return recs
 
     records = functools.cache(load)  # loaded once, on first use (a dry run with a hub tokenizer never does)
-    template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed), template_rank(cfg))
+    template = training_template(cfg.data.template, int(cfg.seed), template_rank(cfg))
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
                                 cache_dir, _abs(cfg.paths.root_dir), cfg.paths.get("assets_dir"))
     loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
@@ -216,7 +216,7 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "grad_accum": plan.grad_accum, "world_size": plan.world_size, "launch": launch_info(),
         "template": plan.template.describe(),
         "template_draw": template_draw(cfg), "templates": rank_templates(cfg, plan.world_size),
-        "boundary": cfg.data.get("boundary", "split"),
+        "boundary": cfg.data.boundary,
         "vocab_setup": cfg.model.get("vocab_setup"), "tokenizer_len": len(plan.tokenizer),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
         "fsdp": bool(cfg.train.get("fsdp")),
@@ -333,7 +333,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     cache_dir = _abs(cfg.paths.cache_dir)
     records = plan.records()
     feats, report = tokenize_records(records, tokenizer, int(tcfg.max_length), plan.template,
-                                     cfg.data.get("boundary", "split"))
+                                     cfg.data.boundary)
     log.info("data: %s", report.as_dict())
     if report.n_truncated:
         print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
