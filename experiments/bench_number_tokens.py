@@ -49,19 +49,11 @@ def rss_mb() -> float:
 
 
 def build_labels(tokenizer, B: int, T: int):
-    import torch
+    """GSM8K train solutions in the tokenizer's ids, as ``bench_losses`` builds them (600 solutions)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_losses import build_labels as labels_of
 
-    f = SHARED / "data" / "train" / "gsm8k" / "train.jsonl"
-    if f.exists():
-        texts = [json.loads(line)["answer"] for line in f.read_text().splitlines()[:600]]
-    else:  # no shared data: number-heavy generated text
-        from numlearn.data.synthetic import generate
-
-        texts = [p.cot for p in generate("train", 2000)]
-    ids = tokenizer("\n".join(texts), add_special_tokens=False)["input_ids"]
-    need = B * T
-    ids = (ids * (need // len(ids) + 1))[:need]
-    return torch.tensor(ids).view(B, T)
+    return labels_of(tokenizer, B, T, n_solutions=600)
 
 
 def _timed(step, reps, zero) -> tuple[float, float]:

@@ -114,14 +114,15 @@ nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "lan
 OUT = __import__("pathlib").Path(__file__).with_name("analysis.ipynb")
 
 
-def execute(nb, root) -> None:
-    """Run every cell from the committed store (``python -m numlearn.pipeline notebook``): the notebook
-    is committed with its outputs, so a reader on a code host sees the tables and plots."""
+def execute(nb, root, env: dict | None = None) -> None:
+    """Run every cell. By default from the committed store (``python -m numlearn.pipeline notebook``),
+    this machine's run dirs playing no part: the notebook is committed with its outputs, so a reader on
+    a code host sees the tables and plots. ``env``: the notebook's inputs instead (the tests')."""
     import os
 
     import nbclient
 
-    env = {"NUMLEARN_ROOT": str(root), "NUMLEARN_NB_LOCAL_MODELS": "0"}  # this machine's run dirs play no part
+    env = {"NUMLEARN_ROOT": str(root), **({"NUMLEARN_NB_LOCAL_MODELS": "0"} if env is None else env)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
