@@ -119,12 +119,21 @@ sweep-report: setup ## The sweep's table, plot and chosen weights from the store
 ablation-tiny: setup ## The ablation of DEL's parts on the tiny recipe (SEEDS=8, JOBS=n, REUSE=1) -> results/ablation_tiny
 	$(PIPELINE) ablation --seeds $(SEEDS) --sweep-seeds $(SWEEP_SEEDS) --jobs $(JOBS) $(REUSE_FLAG)
 
+notebook: setup ## notebooks/analysis.ipynb executed on the committed store (tables and plots kept in the file)
+	$(PIPELINE) notebook
+
+# Tokenizers that group digits (issue 28): the tiny model with a 3-digit-chunking tokenizer (model=tiny_chunk3),
+# MLE single-digit vs chunked, DEL/NTL/DIST2 and whole-number NTL at weights chosen on its own validation sweep
+chunked-tiny: setup ## Digit-grouping tokenizer table on the tiny recipe (SEEDS=8, JOBS=n, REUSE=1) -> results/chunked_tiny
+	$(PIPELINE) chunked --seeds $(SEEDS) --sweep-seeds $(SWEEP_SEEDS) --jobs $(JOBS) $(REUSE_FLAG)
+
 bench-tiny: setup ## Where a tiny run's time goes: step phases, Trainer overhead, pad share, sandboxed programs/s -> results/bench_tiny.json
 	$(PY) experiments/bench_tiny.py
 
-bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline) + the linear (fused head) form
+bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline) + the linear (fused head) form + number tokens at Llama-3 scale
 	$(PY) experiments/bench_losses.py
 	$(PY) experiments/bench_linear_loss.py
+	$(PY) experiments/bench_number_tokens.py --out results/bench_number_tokens.md
 
 bench-trl: setup ## TRL SFTTrainer: compute_loss_func=LossBridge vs NumlearnSFTTrainer (logits, fused head), ms/step ratios
 	$(PY) experiments/bench_trl.py
@@ -143,4 +152,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: ablation-tiny docs help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: ablation-tiny chunked-tiny docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean

@@ -35,13 +35,14 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def build_labels(tokenizer, B: int, T: int):
+def build_labels(tokenizer, B: int, T: int, n_solutions: int = 400):
+    """``[B, T]`` token ids of GSM8K train solutions (the first ``n_solutions``, repeated to fill)."""
     import torch
 
     texts = []
     f = SHARED / "data" / "train" / "gsm8k" / "train.jsonl"
     if f.exists():
-        for line in f.read_text().splitlines()[:400]:
+        for line in f.read_text().splitlines()[:n_solutions]:
             texts.append(json.loads(line)["answer"])
     else:  # no shared data: number-heavy generated text
         from numlearn.data.synthetic import generate

@@ -120,7 +120,7 @@ def trainer_run(loss: str, steps: int, overrides=()) -> dict:
     with tempfile.TemporaryDirectory() as d:
         cmd = [sys.executable, "-m", "numlearn.train", "experiment=table1_tiny", f"loss={loss}", *overrides,
                f"run_dir={d}/run", f"train.max_steps={steps}", f"train.save_steps={steps * 10}",
-               f"train.logging_steps={steps}", "data.heldout.n=0", "force=true"]
+               f"train.logging_steps={steps}", "force=true"]
         t = time.perf_counter()
         subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wall = time.perf_counter() - t

@@ -183,6 +183,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     from numlearn.provenance import provenance
+    from numlearn.records import RunRecord
 
     records = heldout_records(a.n)
     runs: dict[str, list[dict]] = {}
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
                 return 2
             runs.setdefault(name, []).append(
                 {"run_dir": str(d), **measure_model(d, records), "history": training_history(d),
-                 "run_json": {k: json.loads((d / "run.json").read_text()).get(k)
+                 "run_json": {k: RunRecord.of_run_dir(d).to_dict().get(k)
                               for k in ("loss", "loss_tag", "alpha", "seed", "recipe_sha")}})
             print(f"[del_mechanism] {name} {d.name}: done", file=sys.stderr, flush=True)
     summary = {name: _summarise(rs) for name, rs in runs.items()}

@@ -11,7 +11,6 @@ disagree on the prediction and on correctness.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
@@ -20,6 +19,7 @@ from pathlib import Path
 from numlearn.evaluation import official
 from numlearn.evaluation.runner import read_jsonl, rescore
 from numlearn.evaluation.spec import as_spec
+from numlearn.records import RESULT, ResultRecord
 
 DECISIONS = {
     "backup_rule": "PoT completion without print( answered from its text (strict re-asks it)",
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     total = Counter()
     for f in a.files:
         p = Path(f)
-        bench = json.loads(p.with_name("result.json").read_text())["benchmark"]["name"]
+        bench = ResultRecord.read(p.with_name(RESULT)).benchmark_name
         recs, _ = read_jsonl(p)
         s, o = rescore(recs, bench, "strict"), rescore(recs, bench, "official")
         c = Counter()
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     from numlearn.provenance import git_info
 
     g = git_info()
-    first = json.loads(Path(a.files[0]).with_name("result.json").read_text())
+    first = ResultRecord.read(Path(a.files[0]).with_name(RESULT)).to_dict()
     head = [f"- command: `python {' '.join(shlex.quote(x) for x in sys.argv)}`",
             f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; git: {g['commit']}{' (dirty)' if g['dirty'] else ''}; "
             f"machine: {platform.platform()}",

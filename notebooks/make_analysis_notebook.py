@@ -16,7 +16,8 @@ Inputs (environment variables, defaults for `make reproduce-table1` + `make swee
 dirs), `NUMLEARN_NB_SWEEP` (the model dir holding the sweep's <loss>/alpha=*/seed=* results on the
 validation split, optional). The digit-distribution plot needs the trained models, which live in
 the local run dirs (`outputs/`) only.""")
-code("""import os, json
+code("""import os, json, warnings
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook bar, imported by transformers
 from pathlib import Path
 import numpy as np, pandas as pd
 import matplotlib.pyplot as plt
@@ -27,7 +28,7 @@ ROOT = Path(os.environ.get("NUMLEARN_ROOT", "..")).resolve()
 RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "results/runs/table1_tiny"))
 SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "results/runs/table1_tiny/tiny"))
 MAX_EXAMPLES = int(os.environ.get("NUMLEARN_NB_MAX_EXAMPLES", "200"))
-print("runs:", RUNS)""")
+print("runs:", RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS)""")
 md("## Tables from result files")
 code("""from numlearn.reporting.collect import load_results
 from numlearn.reporting.aggregate import accuracy_table, digit_table
@@ -69,7 +70,8 @@ distribution of the entropy of p.""")
 code("""from transformers import AutoModelForCausalLM, AutoTokenizer
 from numlearn.data.sources import read_records
 from numlearn.losses import digit_token_ids
-from numlearn.training.run import teacher_forced_digits
+from numlearn.records import ResultRecord, RunRecord
+from numlearn.evaluation.teacher_forced import teacher_forced_digits
 
 def digit_profile(run_dir, records):
     tok = AutoTokenizer.from_pretrained(run_dir / "final")
@@ -77,10 +79,12 @@ def digit_profile(run_dir, records):
     m = teacher_forced_digits(model, tok, records, digit_token_ids(tok), 256)
     return np.array(m["mass_by_distance"]), np.array(m["entropies"])
 
-runs = sorted({Path(json.loads(Path(f).read_text())["run"]["run_dir"]) for f in df["file"]})  # recorded, not guessed
+runs = sorted({Path(ResultRecord.read(f).run["run_dir"]) for f in df["file"]})  # recorded, not guessed
 CACHE = Path(os.environ.get("NUMLEARN_NB_CACHE", ROOT / "data_cache"))
 test_file = sorted((CACHE / "synthetic").glob("*/seed=0/test-*.jsonl"), key=lambda p: (-p.stat().st_mtime, -int(p.stem.split("-")[1])))
 records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(test_file[0])][:MAX_EXAMPLES] if test_file else []
+if os.environ.get("NUMLEARN_NB_LOCAL_MODELS", "1") == "0":  # make notebook: the committed store only
+    runs = []
 no_model = [rd for rd in runs if not (rd / "final").is_dir()]
 if no_model:  # results from the store whose models this machine does not hold
     print(f"{len(no_model)} of {len(runs)} runs have no local model (e.g. {no_model[0]}): left out of the plot; "
@@ -88,16 +92,50 @@ if no_model:  # results from the store whose models this machine does not hold
     runs = [rd for rd in runs if rd not in no_model]
 profiles = {}
 for rd in runs:
-    meta = json.loads((rd / "run.json").read_text())
-    profiles[f"{meta['loss']} (alpha={meta['alpha']}, seed={meta['seed']})"] = digit_profile(rd, records)
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
-for name, (prof, ents) in profiles.items():
-    a1.plot(range(10), prof, marker="o", label=name)
-    a2.hist(ents, bins=30, histtype="step", label=name, density=True)
-a1.set_yscale("log"); a1.set_xlabel("|k - target digit|"); a1.set_ylabel("mean p[k]"); a1.legend(fontsize=7)
-a2.set_xlabel("entropy of p (nats)"); a2.set_ylabel("density")
-fig.tight_layout(); plt.show()
-display(pd.DataFrame({k: {"p[target]": v[0][0], "mean entropy": v[1].mean()} for k, v in profiles.items()}).T.round(3))""")
+    meta = RunRecord.of_run_dir(rd)
+    profiles[f"{meta.row} (alpha={meta.alpha}, seed={meta.seed})"] = digit_profile(rd, records)
+if profiles:
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for name, (prof, ents) in profiles.items():
+        a1.plot(range(10), prof, marker="o", label=name)
+        a2.hist(ents, bins=30, histtype="step", label=name, density=True)
+    a1.set_yscale("log"); a1.set_xlabel("|k - target digit|"); a1.set_ylabel("mean p[k]"); a1.legend(fontsize=7)
+    a2.set_xlabel("entropy of p (nats)"); a2.set_ylabel("density")
+    fig.tight_layout(); plt.show()
+else:  # no model here: the committed figure of the same measurement (experiments/del_mechanism.py)
+    from IPython.display import Image
+    stored = ROOT / "results/del_mechanism/digit_distance.png"
+    print(f"the committed measurement instead ({stored.relative_to(ROOT)}, 3 seeds per row):")
+    display(Image(str(stored)))
+if profiles:
+    display(pd.DataFrame({k: {"p[target]": v[0][0], "mean entropy": v[1].mean()} for k, v in profiles.items()}).T.round(3))""")
 nb["cells"] = cells
 nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-nbf.write(nb, str(__import__("pathlib").Path(__file__).with_name("analysis.ipynb")))
+OUT = __import__("pathlib").Path(__file__).with_name("analysis.ipynb")
+
+
+def execute(nb, root, env: dict | None = None) -> None:
+    """Run every cell. By default from the committed store (``python -m numlearn.pipeline notebook``),
+    this machine's run dirs playing no part: the notebook is committed with its outputs, so a reader on
+    a code host sees the tables and plots. ``env``: the notebook's inputs instead (the tests')."""
+    import os
+
+    import nbclient
+
+    env = {"NUMLEARN_ROOT": str(root), **({"NUMLEARN_NB_LOCAL_MODELS": "0"} if env is None else env)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        nbclient.NotebookClient(nb, timeout=1200, kernel_name="python3",
+                                resources={"metadata": {"path": str(root / "notebooks")}}).execute()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--execute" in sys.argv:
+        execute(nb, OUT.resolve().parents[1])
+    nbf.write(nb, str(OUT))

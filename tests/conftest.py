@@ -18,6 +18,13 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+try:  # the config schema (Hydra structured configs) for the tests that compose conf/ themselves
+    from numlearn.schema import register as _register_schema
+
+    _register_schema()
+except ImportError:  # the core tier's bare venv has no hydra-core
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("NUMLEARN_SHARED_DIR", REPO.parent / "shared"))
 # The repo's own data root (`make data`) first; a local copy beside the clone otherwise.

@@ -282,7 +282,9 @@ def test_official_harness_needs_a_preset():
     ("+loss.bogus=1", "+loss.bogus: no loss config defines 'bogus'"),
     ("++loss.bogus=1", "unknown option(s) ['bogus']"),  # forced past the CLI: build_loss still refuses it
     ("+train.max_stepz=3", "did you mean train.max_steps?"),  # issue 29: was accepted and ignored
-    ("train.max_steps=abc", "train.max_steps='abc' must be a positive integer"),
+    ("train.max_steps=abc", "train.max_steps='abc': the schema types train.max_steps as Optional[int]"),
+    ("eval.temperature=hot", "eval.temperature='hot': the schema types eval.temperature as float"),
+    ("train.bf16=maybe", "train.bf16='maybe': the schema types train.bf16 as bool"),
     ("train.max_steps=0", "train.max_steps=0 must be a positive integer (null trains"),  # was a full epoch
     ("loss.aux_normalization=microbatch", "renamed"),
     ("data.template=random", "data.template=official"),

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 ACCELERATE_CFG = REPO / "experiments" / "accelerate" / "fsdp_2cpu.yaml"
 SMALL = ["experiment=table1_tiny", "model.config.hidden_size=32", "model.config.intermediate_size=64",
          "model.config.num_hidden_layers=2", "model.config.num_attention_heads=2",
-         "model.config.num_key_value_heads=2", "model.vocab_size=300", "data.n_train=400", "data.heldout.n=0",
+         "model.config.num_key_value_heads=2", "model.vocab_size=300", "data.n_train=400",
          "train.logging_steps=1", "train.per_device_train_batch_size=4"]
 
 

@@ -214,3 +214,67 @@ def test_the_chunked_synthetic_tokenizer_groups_digits_as_llama3_does():
     assert isinstance(build_loss("del", tok, alpha=1.28).vocab, NumberVocab)
     with pytest.raises(ValueError, match="digits='pairs'"):
         train_tokenizer(["1"], 300, (), "pairs")
+
+
+@pytest.mark.parametrize("variant", ["was", "mse"])
+def test_whole_number_ntl_by_hand_and_through_from_hidden(variant):
+    """NTL level=number: p over the number tokens only, values by the tokens' integers ("007" is 7),
+    once per number-token target, over the step's digits; value and gradient through from_hidden."""
+    from numlearn.losses import NTLLoss
+
+    torch.manual_seed(0)
+    seq = [41, 30, 21, 41, 22, 40, 9, 42, 31, 43]  # "123" "34" | "07" "." "9" | "007"
+    labels = torch.tensor([[-100, *seq[1:]]])
+    H = 8
+    h = torch.randn(1, len(seq), H, dtype=torch.float64, requires_grad=True)
+    W = (torch.randn(V, H, dtype=torch.float64) * 0.5).requires_grad_(True)
+    logits = h @ W.T
+    loss = NTLLoss(NV, alpha=0.7, variant=variant, level="number")
+    out = loss(logits, labels)
+    # by hand: Python loops over the number tokens, the targets at positions 1.. (shifted)
+    ids, vals = list(NV.ids), [float(int(s)) for s in NV.strings]
+    terms, n_digits = [], 0
+    t = seq[1:]
+    for pos, target in enumerate(t):
+        if target not in TOKENS:
+            continue
+        n_digits += len(TOKENS[target])
+        z = logits[0, pos, ids]
+        p = torch.softmax(z, 0)
+        y = float(int(TOKENS[target]))
+        term = (sum(pi * abs(v - y) for pi, v in zip(p, vals)) if variant == "was"
+                else (sum(pi * v for pi, v in zip(p, vals)) - y) ** 2)
+        terms.append(len(TOKENS[target]) * term)  # counted at each of the token's digits
+    assert len(terms) == 5 and n_digits == 3 + 2 + 2 + 1 + 3  # targets "123" "34" "07" "9" "007"
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1].float(), torch.tensor(t), ignore_index=-100)
+    want = ce + 0.7 * torch.stack(terms).sum() / n_digits
+    torch.testing.assert_close(out.loss.double(), want.double(), rtol=1e-5, atol=1e-6)
+    g = torch.autograd.grad(out.loss, (h, W))
+    fused = loss.from_hidden(h, W, labels, chunk_size=3)
+    torch.testing.assert_close(fused.loss, out.loss, rtol=1e-5, atol=1e-6)
+    for a, b in zip(torch.autograd.grad(fused.loss, (h, W)), g):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_whole_number_ntl_is_digit_ntl_on_single_digit_tokens(char_tokenizer):
+    from numlearn.losses import build_loss
+
+    torch.manual_seed(1)
+    ids = char_tokenizer("a 305 b 7.25 c", add_special_tokens=False)["input_ids"]
+    labels = torch.tensor([[-100, *ids[1:]]])
+    logits = torch.randn(1, len(ids), len(char_tokenizer), requires_grad=True)
+    for variant in ("was", "mse"):
+        a = build_loss("ntl", char_tokenizer, alpha=0.5, variant=variant)(logits, labels)
+        b = build_loss("ntl", char_tokenizer, alpha=0.5, variant=variant, level="number")(logits, labels)
+        assert torch.equal(a.loss, b.loss)
+
+
+def test_whole_number_ntl_refuses_an_unknown_level_and_takes_every_normalisation():
+    from numlearn.losses import NTLLoss
+
+    with pytest.raises(ValueError, match="level='words'"):
+        NTLLoss(NV, alpha=1.0, level="words")
+    seq = torch.tensor([[41, 30, 41, 9, 43, 20, 41]])  # example_mean: each row's digits weigh 1 in all
+    logits = torch.randn(1, 7, V)
+    out = NTLLoss(NV, alpha=1.0, level="number", aux_normalization="example_mean")(logits, seq)
+    assert torch.isfinite(out.aux) and out.aux > 0

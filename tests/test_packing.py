@@ -119,7 +119,7 @@ def test_packed_training_ends_at_the_padded_runs_parameters(tmp_path):
     from numlearn.training.run import train
 
     runs = {p: train(_cfg(tmp_path, "loss=del", "loss.alpha=0.8", f"train.packing={p}", "train.attention_mask=false",
-                          "data.heldout.n=0", f"run_dir={tmp_path}/packing_{p}")) for p in (False, True)}
+                          f"run_dir={tmp_path}/packing_{p}")) for p in (False, True)}
     a, b = (AutoModelForCausalLM.from_pretrained(runs[p] / "final") for p in (False, True))
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
         torch.testing.assert_close(pb, pa, rtol=1e-4, atol=1e-5, msg=name)

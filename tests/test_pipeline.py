@@ -173,7 +173,7 @@ def test_the_makefile_calls_the_pipeline_and_holds_no_loops():
 def test_table1_end_to_end_on_two_shrunken_rows_then_reuse_runs_nothing(tmp_path):
     """The real chain (train -> evaluate -> publish -> tables) on two rows shrunk to 2 steps and 2
     problems, two jobs at once; a second --reuse run trains nothing and rebuilds the same tables."""
-    small = "+train.max_steps=2+data.n_train=64+data.heldout.n=4+eval.limit=2"
+    small = "+train.max_steps=2+data.n_train=64+eval.teacher_forced.n=4+eval.limit=2"
     argv = ["table1", "--rows", f"mle{small},del{small}", "--seeds", "1", "--jobs", "2", "--live", "off",
             "--store", str(tmp_path / "store"), "--outputs", str(tmp_path / "out"), "--out", str(tmp_path / "tab"),
             "--selected", str(tmp_path / "none.json")]
@@ -216,3 +216,26 @@ def test_the_live_display_redraws_running_jobs_and_a_summary(tmp_path):
     assert "\x1b[2K>>  j0" in text and "running" in text  # a running job's line, redrawn in place
     last = text.rsplit("F", 1)[-1]  # the last redraw, after its cursor-up
     assert "\x1b[2K3/3 jobs done, 0 running, 0 waiting, 0 failed\n" in last and ">>" not in last
+
+
+def test_the_chunked_tokenizer_table_end_to_end_on_a_shrunken_rehearsal(tmp_path):
+    """python -m numlearn.pipeline chunked (make chunked-tiny), shrunk to 2 steps and 2 problems, one
+    loss and one weight: MLE on both tokenizers, the chunked model's validation sweep, the chosen row on
+    the test splits, the chunked table and the tokenisation effect across the two models."""
+    shrink = ["train.max_steps=2", "data.n_train=64", "eval.teacher_forced.n=4", "eval.limit=2"]
+    argv = ["chunked", "--seeds", "1", "--sweep-seeds", "1", "--only", "ntl_number", "--grid", "ntl_number=0.001",
+            "--jobs", "2", "--live", "off", "--store", str(tmp_path / "store"), "--outputs", str(tmp_path / "out"),
+            "--out", str(tmp_path / "tab"), *(x for o in shrink for x in ("--override", o))]
+    r = subprocess.run([sys.executable, "-m", "numlearn.pipeline", *argv], cwd=REPO, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stored = {p.relative_to(tmp_path / "store").as_posix() for p in (tmp_path / "store").rglob("result.json")}
+    assert "table1_tiny/tiny/mle/alpha=0.0/seed=0/eval/synthetic_test/cot/result.json" in stored
+    assert "table1_tiny/tiny_chunk3/mle/alpha=0.0/seed=0/eval/synthetic_val/cot/result.json" in stored
+    assert "table1_tiny/tiny_chunk3/ntl_number/alpha=0.001/seed=0/eval/synthetic_test/pot/result.json" in stored
+    assert not any("tiny/ntl_number" in s for s in stored)  # the sweep is the chunked model's only
+    table = (tmp_path / "tab" / "table1.md").read_text()
+    assert "| tiny_chunk3 | mle | 1 |" in table and "ntl_number (alpha=0.001, val-chosen)" in table
+    assert "| tiny |" not in table  # the single-digit model is in the tokenisation table, not this one
+    tok = (tmp_path / "tab" / "tokenisation" / "tokenisation.md").read_text()
+    assert "mle (tiny_chunk3)" in tok and "`mle (tiny)`" in tok

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 SMALL = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
          "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
-         "data.n_train=200", "data.heldout.n=16", "train=smoke"]
+         "data.n_train=200", "eval.teacher_forced.n=16", "train=smoke"]
 
 
 def _cfg(tmp_path, *overrides):
@@ -201,7 +201,7 @@ def test_length_grouped_batches_have_fewer_pads(tmp_path, monkeypatch):
     for sampling in ("random", "group_by_length"):
         seen["cur"] = [0, 0]
         run_dir = train(_cfg(tmp_path, "loss=mle", f"train.sampling={sampling}", "train.max_steps=12",
-                             f"run_dir={tmp_path}/{sampling}", "data.heldout.n=0"))
+                             f"run_dir={tmp_path}/{sampling}"))
         assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
         real, padded = seen["cur"]
         shares[sampling] = 1 - real / padded

@@ -11,6 +11,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def conf_dir() -> str:
+    """``conf/`` (or ``NUMLEARN_CONF_DIR``), with the config schema registered (``numlearn.schema``)."""
+    from numlearn.schema import register
+
+    register()
     d = Path(os.environ.get("NUMLEARN_CONF_DIR", REPO_ROOT / "conf"))
     if not (d / "config.yaml").exists():
         sys.exit(f"error: Hydra config directory {d} not found; run from a clone of numlearn "
@@ -18,12 +22,54 @@ def conf_dir() -> str:
     return str(d)
 
 
+def schema_fields(group: str) -> set[str]:
+    """The keys the config schema (``numlearn.schema``) types for ``group`` (empty: no schema)."""
+    from dataclasses import fields
+
+    from numlearn.schema import SCHEMAS
+
+    return {f.name for (g, _), node in SCHEMAS.items() if g == group for f in fields(node)}
+
+
+def _check_typed_override(arg: str, prog: str) -> None:
+    """``train.max_steps=ten``: exit with one line naming the key, the value and the schema's type,
+    before Hydra composes (whose own report is a multi-line trace)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from numlearn.schema import SCHEMAS
+
+    key, value = arg.lstrip("+").split("=", 1)
+    group, _, name = key.partition(".")
+    node = next((n for (g, _), n in SCHEMAS.items() if g == group), None)
+    if node is None or not name or "." in name or name not in schema_fields(group):
+        return
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_override(arg.lstrip("+"))
+        v = parsed.value()
+    except Exception:  # noqa: BLE001 - a sweep or grammar Hydra reports itself
+        return
+    if not isinstance(v, (str, int, float, bool)) or (isinstance(v, str) and "${" in v) or parsed.is_sweep_override():
+        return
+    try:
+        OmegaConf.merge(OmegaConf.structured(node), {name: v})
+    except OmegaConfBaseException as e:
+        want = {f.name: f.type for f in __import__("dataclasses").fields(node)}[name]
+        want = want.__name__ if isinstance(want, type) else str(want).replace("typing.", "")
+        sys.exit(f"{prog}: error: {key}={v!r}: the schema types {key} as {want} "
+                 f"(numlearn.schema.{node.__name__}; {str(e).splitlines()[0]})")
+
+
 def check_group_overrides(argv: list[str], prog: str) -> None:
-    """Exit with one line naming the valid choices when ``group=value`` names no config file."""
+    """Exit with one line naming the valid choices when ``group=value`` names no config file, and
+    naming the type when a schema-typed key gets a value of another type."""
     root = Path(conf_dir())
     for arg in argv[1:]:
         if arg.startswith("-") or "=" not in arg:
             continue
+        _check_typed_override(arg, prog)
         key, value = arg.split("=", 1)
         if key.startswith("+") and not key.startswith("++") and "." in key:
             _check_added_key(root, key.lstrip("+"), prog)
@@ -95,6 +141,7 @@ def _check_added_key(root: Path, dotted: str, prog: str) -> None:
         if hasattr(node, "keys"):
             known.update(str(k) for k in node.keys())
     known.update(p.name for p in gdir.iterdir() if p.is_dir())  # nested groups (eval/benchmark)
+    known.update(schema_fields(group))
     first = rest.split(".", 1)[0]
     if first not in known:
         near = difflib.get_close_matches(first, sorted(known), n=1)

@@ -24,28 +24,29 @@ def backend_from_config(ecfg, model_path: str, seed: int = 0):
 
     return get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
                        tensor_parallel_size=int(ecfg.get("tensor_parallel_size") or 1),
-                       max_model_len=ecfg.get("max_model_len", 4096), seed=int(seed),
-                       enforce_eager=ecfg.get("enforce_eager", False))
+                       max_model_len=int(ecfg.max_model_len), seed=int(seed),
+                       enforce_eager=bool(ecfg.enforce_eager))
 
 
 def run_evaluation(cfg: DictConfig) -> list[Path]:
     from numlearn.evaluation.backends import SamplingConfig
     from numlearn.evaluation.benchmarks import check_limit, load_benchmark
-    from numlearn.evaluation.extract import check_protocol
     from numlearn.evaluation.metrics import METRIC_NOTES, compute_metrics, per_problem_scores
     from numlearn.evaluation.runner import evaluate_problems, read_jsonl
     from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
+    from numlearn.evaluation.scorers import check_protocol
     from numlearn.evaluation.spec import BenchmarkSpec
-    from numlearn.provenance import provenance, write_json
-    from numlearn.rundirs import damaged_weights, run_meta_of_model
+    from numlearn.provenance import provenance
+    from numlearn.records import ResultRecord, RunRecord, result_path
+    from numlearn.rundirs import damaged_weights
 
     ecfg = cfg.eval
-    protocol = check_protocol(str(ecfg.get("protocol", "strict")))
+    protocol = check_protocol(str(ecfg.protocol))
     check_limit(ecfg.get("limit"))
     if not float(ecfg.pot_timeout_s) > 0:
         raise ValueError(f"eval.pot_timeout_s={ecfg.pot_timeout_s} would time out every program; give a positive "
                          "number of seconds (the official executor's is 5)")
-    allow_unsafe = bool(ecfg.get("allow_unsafe_exec", False))
+    allow_unsafe = bool(ecfg.allow_unsafe_exec)
     isolated, isolation = isolation_status()
     if not isolated and not allow_unsafe:  # refuse before any model or generation
         raise SandboxUnavailable(isolation)
@@ -67,15 +68,14 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     loaded = {}
     for name, bcfg in ecfg.benchmarks.items():
         loaded[name] = load_benchmark(bcfg, data_root, cache_dir, limit=ecfg.get("limit"))
-    rj = run_meta_of_model(model_path)
-    if rj is not None:
-        run_meta = {k: rj.get(k) for k in ("experiment", "model", "loss", "alpha", "seed", "run_dir", "loss_repr",
-                                           "aux_effective_weight", "harness", "aux_normalization", "ce_normalization",
-                                           "templates", "heldout",
-                                           "recipe", "recipe_sha")}
-        if rj.get("loss_tag"):
-            run_meta["loss_tag"] = rj["loss_tag"]  # the row's name (del_paper), beside the loss's
-        run_meta["train_git"] = rj.get("git")
+    tf_records = None
+    if tcfg := ecfg.get("teacher_forced"):
+        from numlearn.evaluation.teacher_forced import teacher_forced_records
+
+        tf_records = teacher_forced_records(tcfg, cfg.data, data_root, cache_dir)
+    rec = RunRecord.of_model(model_path)
+    if rec is not None:
+        run_meta = rec.summary()
     else:
         run_meta = {"experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,
                     "seed": int(cfg.seed), "run_dir": None}
@@ -88,6 +88,17 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
         torch.set_num_threads(int(threads))  # before the backend: recorded in provenance below
     backend = backend_from_config(ecfg, model_path, seed=int(cfg.seed))
     prov = provenance()
+    teacher_forced = None
+    if tcfg := ecfg.get("teacher_forced"):
+        from numlearn.evaluation.teacher_forced import measure
+
+        t0 = time.time()
+        hf = backend.name == "hf"  # its model is already loaded; other backends hold no torch module
+        teacher_forced = measure(model_path, tcfg, tf_records, model=getattr(backend, "model", None) if hf else None,
+                                 tokenizer=getattr(backend, "tokenizer", None) if hf else None)
+        print(f"[numlearn.evaluate] teacher forced on {teacher_forced.get('n_examples', 0)} {tcfg.source} solutions: "
+              + ", ".join(f"{k}={teacher_forced[k]:.4f}" for k in ("digit_acc", "digit_nll", "digit_entropy")
+                          if k in teacher_forced) + f" ({time.time() - t0:.1f}s)", flush=True)
     # what the generations come from, fixed for this evaluation (the model dir is walked once)
     model_key = {"model": model_fingerprint(model_path), "backend": backend.name,
                  "dtype": backend.describe().get("dtype")}
@@ -106,7 +117,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
             gen_info = evaluate_problems(
                 problems, backend, spec, mode, sampling, out / "generations.jsonl",
                 pot_timeout_s=float(ecfg.pot_timeout_s), force_choice_letter=bool(ecfg.force_choice_letter),
-                symbolic_math=bool(ecfg.get("symbolic_math", False)),
+                symbolic_math=bool(ecfg.symbolic_math),
                 chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=protocol, allow_unsafe_exec=allow_unsafe,
                 generation_key=generation_key(model_key, sampling),
                 program_workers=int(ecfg.get("program_workers") or os.cpu_count() or 1),
@@ -117,22 +128,22 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
                 raise RuntimeError(f"{out / 'generations.jsonl'} holds {len(recs)} of the {len(problems)} problems of "
                                    f"{name}; re-run the same command to complete it")
             metrics = compute_metrics(recs, spec.answer)
-            result = {
-                "benchmark": info, "mode": mode, "protocol": protocol, "metrics": metrics, "n": metrics["n"],
-                "metric_notes": METRIC_NOTES,
-                "run": run_meta, "model_path": model_path, **per_problem_scores(recs, metrics),
-                "backend": backend.describe(),
-                "sampling": sampling.as_dict(), "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": sandbox_info,
-                "generation": gen_info, "wall_seconds": round(time.time() - t0, 2),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "config": OmegaConf.to_container(cfg, resolve=True), **prov,
-            }
-            write_json(out / "result.json", result)
-            written.append(out / "result.json")
+            scores = per_problem_scores(recs, metrics)
+            result = ResultRecord(
+                benchmark=info, mode=mode, protocol=protocol, metrics=metrics, run=run_meta,
+                correct_by_id=scores.pop("correct_by_id"), distance_by_id=scores.pop("distance_by_id", {}),
+                config=OmegaConf.to_container(cfg, resolve=True), teacher_forced=teacher_forced,
+                extra={"n": metrics["n"], "metric_notes": METRIC_NOTES, "model_path": model_path, **scores,
+                       "backend": backend.describe(), "sampling": sampling.as_dict(),
+                       "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": sandbox_info, "generation": gen_info,
+                       "wall_seconds": round(time.time() - t0, 2), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                       **prov})
+            result.write(result_path(eval_dir, name, mode))
+            written.append(result_path(eval_dir, name, mode))
             nd = metrics.get("numerical_distance")
             print(f"[numlearn.evaluate] {name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
                   + (f" numerical_distance={nd:.4f}" if nd is not None else "")
-                  + f" ({gen_info['n_resumed']} resumed) -> {out / 'result.json'}", flush=True)
+                  + f" ({gen_info['n_resumed']} resumed) -> {written[-1]}", flush=True)
     return written
 
 

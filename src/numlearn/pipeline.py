@@ -63,6 +63,15 @@ SWEEP_GRID = {"del": (0.01, 0.1, 0.32, 1.28, 2.56), "ntl": (0.1, 1.0, 3.2, 12.8,
 ABLATION_ROWS = ("mle", "del", "del_paper", "del_nopw", "mixce", "emo")
 ABLATION_GRID = {"del": (0.001, 0.003, 0.01, 0.1, 0.32, 1.28, 2.56), "del_paper": (0.001, 0.01, 0.1, 0.32, 1.28)}
 ABLATION_OUT = Path("results/ablation_tiny")
+# Tokenizers that group digits (issue 28), on the Table 1 recipe and store: the tiny model with a tokenizer
+# that cuts every digit run into tokens of up to three digits, left to right, as Llama-3 does
+# (model=tiny_chunk3). MLE with single-digit tokens (Table 1's row, reused) against MLE chunked: the
+# tokenisation effect; DEL, NTL, DIST2 on number tokens and NTL on whole number tokens (ntl_number) at
+# the weights their validation sweep on the chunked model chooses.
+CHUNKED_MODEL = "tiny_chunk3"
+CHUNKED_GRID = {"del": (0.003, 0.01, 0.1, 1.28), "ntl": (0.1, 1.0, 12.8), "dist2": (1.0, 10.0, 128.0),
+                "ntl_number": (1.0e-4, 1.0e-3, 1.0e-2)}
+CHUNKED_OUT = Path("results/chunked_tiny")
 MIN_SEEDS_FOR_ROBUSTNESS = 3  # a significance call needs 3 seeds a side
 
 
@@ -145,8 +154,9 @@ def sweep_rows(grid: dict[str, tuple[float, ...]]) -> list[Row]:
     return [Row("mle")] + [Row(loss, a) for loss, alphas in grid.items() for a in alphas]
 
 
-def parse_grid(items: list[str]) -> dict[str, tuple[float, ...]]:
-    grid = dict(SWEEP_GRID)
+def parse_grid(items: list[str], base: dict[str, tuple[float, ...]] | None = None) -> dict[str, tuple[float, ...]]:
+    """``base`` (Table 1's sweep grid by default) with each ``loss=a,b,c`` item replacing a loss's grid."""
+    grid = dict(SWEEP_GRID if base is None else base)
     for it in items:
         loss, _, vals = it.partition("=")
         try:
@@ -191,24 +201,23 @@ def configured_run_roots(overrides: list[str]) -> list[Path]:
 def stored_result_problem(d: Path, protocol: str, limit, recipe: dict) -> str | None:
     """Why the store's result in ``d`` (``.../eval/<benchmark>/<mode>``) cannot stand for this run;
     None when it can."""
+    from numlearn.records import RESULT
     from numlearn.reporting.store import read_result
 
-    found = [f for f in (d / "result.json", d / f"result.{protocol}.json") if f.exists()]
+    found = [f for f in (d / RESULT, d / f"result.{protocol}.json") if f.exists()]
     if not found:
         return "no result"
     why = []
     for f in found:
         r = read_result(f)
-        if r.get("protocol", "strict") != protocol:
-            why.append(f"protocol {r.get('protocol', 'strict')}")
+        if r.protocol != protocol:
+            why.append(f"protocol {r.protocol}")
             continue
-        if ((r.get("config") or {}).get("eval") or {}).get("limit") != limit:
-            why.append(f"problem limit {((r.get('config') or {}).get('eval') or {}).get('limit')}")
+        if r.limit != limit:
+            why.append(f"problem limit {r.limit}")
             continue
-        # the recipe the model was trained with (run.json, through the evaluator); older result
-        # files have only the evaluation's composed config, which names the same sections
-        stored = training_recipe((r.get("run") or {}).get("recipe") or r.get("config") or {})
-        diff = recipe_differences(stored, recipe)
+        # the recipe the model was trained with (run.json, through the evaluator)
+        diff = recipe_differences(training_recipe(r.training_config), recipe)
         if diff:
             why.append("trained with another recipe (" + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "") + ")")
             continue
@@ -245,7 +254,7 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
                                  "the output directory, so leave eval_dir at its default") from None
             ecfg = cfg.eval
             limit = OmegaConf.to_container(ecfg).get("limit")
-            protocol = str(ecfg.get("protocol", "strict"))
+            protocol = str(ecfg.protocol)
             recipe = training_recipe(cfg)
             problems = {f"{name}/{mode}": stored_result_problem(store / rel / name / mode, protocol, limit, recipe)
                         for name, bcfg in ecfg.benchmarks.items()
@@ -502,14 +511,15 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
 
 
 def sweep_report(seeds: int, grid: dict[str, tuple[float, ...]], *, experiment: str, store: Path, out: Path,
-                 command: str, only_grid: bool = False) -> int:
+                 command: str, only_grid: bool = False, model: str = "*") -> int:
     """The sweep's table, plot and chosen weights from the store; ``only_grid``: the grid's losses
-    (and MLE) only, not every loss the store holds validation results of."""
+    (and MLE) only, not every loss the store holds validation results of; ``model``: that model's
+    runs only (the store's model level; every model by default)."""
     from numlearn.reporting import sweep
 
     root = store / experiment
     losses = ("*",) if not only_grid else ("mle", *grid)
-    dirs = sorted(str(p) for loss in losses for p in root.glob(f"*/{loss}/alpha=*/seed=*/eval/{TEST_EXCLUDE}"))
+    dirs = sorted(str(p) for loss in losses for p in root.glob(f"{model}/{loss}/alpha=*/seed=*/eval/{TEST_EXCLUDE}"))
     if not dirs:
         raise PipelineError(f"the store {store} holds no {TEST_EXCLUDE} result under {root}: run the sweep first")
     expect = ["--expect", "mle=0"] + [x for loss, alphas in grid.items()
@@ -578,6 +588,17 @@ def main(argv: list[str] | None = None) -> int:
     running(p)
     p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
     p.add_argument("--out", type=Path, default=ABLATION_OUT)
+    p = sub.add_parser("chunked", help="tokenizers that group digits: MLE single vs chunked, the numeric losses on "
+                                       "number tokens at their validation-chosen weights")
+    common(p, "8")
+    running(p)
+    p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
+    p.add_argument("--grid", action="append", default=[], metavar="LOSS=A,B,...", help="replace a loss's grid")
+    p.add_argument("--only", default=None, metavar="LOSS,...", help="sweep and tabulate only these losses")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override every row trains and evaluates with (a shrunken rehearsal)")
+    p.add_argument("--out", type=Path, default=CHUNKED_OUT)
+    p = sub.add_parser("notebook", help="execute notebooks/analysis.ipynb from the committed store, outputs kept")
     p = sub.add_parser("runs", help="the run directories the configs name (Hydra overrides)")
     p.add_argument("overrides", nargs="*")
     p = sub.add_parser("pending", help="the seeds without a usable stored result (Hydra overrides)")
@@ -596,7 +617,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def notebook() -> int:
+    """notebooks/analysis.ipynb regenerated from its script and executed on the committed store, so
+    it is committed with its tables and plots (a reader on a code host sees them)."""
+    from numlearn.cli import REPO_ROOT
+
+    script = REPO_ROOT / "notebooks" / "make_analysis_notebook.py"
+    if not script.is_file():
+        raise PipelineError(f"{script} not found: run from a clone of numlearn")
+    _say(f"[notebook] executing {script.with_name('analysis.ipynb')} on {STORE}")
+    return subprocess.run([sys.executable, str(script), "--execute"], cwd=REPO_ROOT).returncode
+
+
 def _dispatch(a) -> int:
+    if a.cmd == "notebook":
+        return notebook()
     if a.cmd == "runs":
         for p in configured_run_roots(a.overrides):
             print(p)
@@ -635,6 +670,8 @@ def _dispatch(a) -> int:
         return rc
     if a.cmd == "ablation":
         return ablation(a, seeds, live)
+    if a.cmd == "chunked":
+        return chunked(a, seeds, live)
     grid = parse_grid(a.grid)
     command = a.command or ("make sweep-alpha SWEEP_SEEDS=" + str(a.seeds) + "".join(
         f" SWEEP_{k.upper()}={','.join(_fmt(x) for x in v)}" for k, v in grid.items()))
@@ -674,6 +711,57 @@ def ablation(a, seeds: list[int], live) -> int:
         return 1
     return build_tables(rows + chosen, seeds, a.out, experiment=a.experiment, store=a.store,
                         selected=a.out / "sweep" / "selected.json", command=command)
+
+
+def chunked(a, seeds: list[int], live) -> int:
+    """Issue 28's table, in the ablation's three resumable stages: (1) MLE on both tokenizers on every
+    seed and the chunked model's sweep points on the sweep's seeds; (2) the sweep report on the chunked
+    model's runs, which chooses each loss's weight on validation; (3) the chosen rows on every seed,
+    then the chunked table (each loss minus chunked MLE) and the tokenisation effect (chunked MLE minus
+    single-digit MLE) into ``--out``."""
+    from numlearn.reporting import aggregate
+
+    extra = tuple(a.override)
+    model = (f"model={CHUNKED_MODEL}", *extra)
+    grid = parse_grid(a.grid, CHUNKED_GRID)
+    if a.only:
+        only = [x for x in a.only.split(",") if x]
+        if unknown := [x for x in only if x not in grid]:
+            raise PipelineError(f"--only {','.join(unknown)}: not in the grid ({', '.join(grid)})")
+        grid = {k: v for k, v in grid.items() if k in only}
+    sweep_seeds = parse_seeds(a.sweep_seeds)
+    single, mle_chunked = Row("mle", None, extra), Row("mle", None, model)
+    grid_rows = [mle_chunked] + [Row(loss, x, model) for loss, xs in grid.items() for x in xs]
+    common = dict(experiment=a.experiment, store=a.store, outputs=a.outputs, reuse=a.reuse, say=_say)
+    jobs = plan([Request((single, mle_chunked), tuple(seeds)),
+                 Request(tuple(grid_rows), tuple(sweep_seeds), (VAL_EVAL,))], **common)
+    if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
+        _report_failures(failed, _say)
+        return 1
+    command = a.command or (f"make chunked-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
+    rc = sweep_report(len(sweep_seeds), grid, experiment=a.experiment, store=a.store, out=a.out / "sweep",
+                      command=command, only_grid=True, model=CHUNKED_MODEL)
+    if rc != 0:
+        return rc
+    chosen = [Row(r.loss, r.alpha, model) for r in selected_rows(a.out / "sweep" / "selected.json")]
+    jobs = plan([Request(tuple(chosen), tuple(seeds))], **common) if chosen else []
+    if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
+        _report_failures(failed, _say)
+        return 1
+    rc = build_tables([mle_chunked, *chosen], seeds, a.out, experiment=a.experiment, store=a.store,
+                      selected=a.out / "sweep" / "selected.json", command=command)
+    if rc != 0:
+        return rc
+    runs = table1_runs([single, mle_chunked], seeds, experiment=a.experiment, store=a.store)
+    df, _ = aggregate.load_table_results(runs, exclude_benchmarks=[TEST_EXCLUDE], recipe_may_differ_in=("model",))
+    md, rows = aggregate.across_models(df, base_model=str(df[df["model"] != CHUNKED_MODEL]["model"].iloc[0]))
+    out = a.out / "tokenisation"
+    out.mkdir(parents=True, exist_ok=True)
+    rows.to_csv(out / "vs_single_digit.csv", index=False)
+    (out / "tokenisation.md").write_text(aggregate.header(command, out_dir=out) + "\n\n## MLE chunked minus MLE "
+                                         "single-digit\n\n" + md + "\n")
+    _say(f"[chunked] tables -> {a.out}, tokenisation effect -> {out / 'tokenisation.md'}")
+    return 0
 
 
 if __name__ == "__main__":

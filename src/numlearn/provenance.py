@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import subprocess
 from importlib import metadata
@@ -68,11 +67,10 @@ def provenance(cwd=None) -> dict[str, object]:
 
 
 def write_json(path: Path, obj) -> None:
-    """Write ``obj`` as JSON atomically (a reader never sees a half-written run.json/result.json)."""
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    tmp.replace(path)
+    """Write ``obj`` as JSON atomically (a reader never sees a half-written file)."""
+    from numlearn.records import write_atomic
+
+    write_atomic(path, obj)
 
 
 def check_output_dir(path, flag: str) -> None:

@@ -1,5 +1,5 @@
-"""Run directories at the bottom of the house (imports nothing of numlearn): what a run dir holds
-(``run.json``, ``final/``), whether it is complete and its weights whole, and the training recipe
+"""Run directories near the bottom of the house (imports only ``numlearn.records``, which holds the
+run-dir paths and records): what a run dir holds (``run.json``, ``final/``), whether it is complete and its weights whole, and the training recipe
 that decides the model a run ends with (what the store compares). Planning which runs to make, from
 the configs and the store, is the orchestrator's: ``numlearn.pipeline`` (``runs``, ``pending``)."""
 
@@ -9,9 +9,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from numlearn.records import FINAL, RUN_META, BadRecord, RunRecord  # noqa: F401 - the run-dir paths live there
+
 # train.* keys that change what a run logs or saves, never the weights it ends with
 BOOKKEEPING_TRAIN_KEYS = frozenset({"logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
                                     "count_input_tokens"})
+# data.* keys that named what to measure after training, never what it trained on (data.heldout: the
+# teacher-forced metrics' solutions, now eval.teacher_forced): older recipes still hold them
+MEASUREMENT_DATA_KEYS = frozenset({"heldout"})
 
 
 def training_recipe(cfg) -> dict:
@@ -22,7 +27,12 @@ def training_recipe(cfg) -> dict:
 
     c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
     train = {k: v for k, v in (c.get("train") or {}).items() if k not in BOOKKEEPING_TRAIN_KEYS}
-    return {"model": c.get("model"), "data": c.get("data"), "train": train, "loss": c.get("loss"),
+    if not train.get("fsdp"):  # the sharding options act only under FSDP (they name the model's layer class)
+        train.pop("fsdp_config", None)
+    data = c.get("data")
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k not in MEASUREMENT_DATA_KEYS}
+    return {"model": c.get("model"), "data": data, "train": train, "loss": c.get("loss"),
             "seed": c.get("seed")}
 
 
@@ -47,8 +57,6 @@ def recipe_differences(stored: dict, current: dict, prefix: str = "") -> list[st
     return out
 
 
-RUN_META = "run.json"
-FINAL = "final"
 
 
 def damaged_weights(model_dir: str | Path) -> list[str]:
@@ -78,23 +86,13 @@ def damaged_weights(model_dir: str | Path) -> list[str]:
 def run_is_complete(run_dir: str | Path) -> bool:
     """A training run finished: its ``final/`` model exists, its weights are whole, and ``run.json``
     says complete."""
-    import json
-
     d = Path(run_dir)
-    meta = d / RUN_META
-    return (d / FINAL / "config.json").exists() and meta.exists() and \
-        json.loads(meta.read_text()).get("status") == "complete" and not damaged_weights(d / FINAL)
-
-
-def run_meta_of_model(model_path: str | Path) -> dict | None:
-    """The ``run.json`` of the training run whose ``final/`` is ``model_path``; None for a model that
-    no numlearn run produced (a hub name, another directory)."""
-    import json
-
-    p = Path(model_path)
-    if p.name != FINAL or not (p.parent / RUN_META).exists():
-        return None
-    return json.loads((p.parent / RUN_META).read_text())
+    try:
+        rec = RunRecord.of_run_dir(d)
+    except BadRecord:
+        return False  # a torn or foreign run.json: not complete, so training redoes it
+    return (d / FINAL / "config.json").exists() and rec is not None and rec.status == "complete" and \
+        not damaged_weights(d / FINAL)
 
 
 def seed_list(override: str) -> list[int]:

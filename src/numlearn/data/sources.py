@@ -121,14 +121,15 @@ def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[
     kind = cfg.source
     limit = cfg.get("limit")
     if kind == "synthetic":
-        recs = synthetic_records(cache_dir, cfg.n_train, cfg.get("seed", 0), cfg.get("pot", True))
+        seed, pot = cfg.get("seed"), cfg.get("pot")
+        recs = synthetic_records(cache_dir, cfg.n_train, 0 if seed is None else seed, True if pot is None else pot)
     elif kind == "local":
         recs = []
         for f in cfg.files:
             fp = Path(f) if Path(f).is_absolute() else Path(data_root) / f
             recs.extend(load_local(fp, cfg.get("limit_per_file")))
     elif kind == "hf":
-        recs = load_hf(cfg.hf_name, cfg.get("split", "train"), limit, **dict(cfg.get("load_kwargs") or {}))
+        recs = load_hf(cfg.hf_name, cfg.get("split") or "train", limit, **dict(cfg.get("load_kwargs") or {}))
     else:
         raise DataError(f"unknown data source {kind!r}; choose synthetic, local or hf")
     return recs[:limit] if limit else recs

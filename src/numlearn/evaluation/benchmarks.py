@@ -10,7 +10,7 @@ from pathlib import Path
 
 from numlearn.data.sources import DataError, read_records
 
-from .extract import last_boxed, normalize_truth
+from .extract import last_boxed, strict_truth
 from .spec import BenchmarkSpec
 
 
@@ -152,7 +152,7 @@ def load_benchmark(bcfg, data_root: str | Path, cache_dir: str | Path, limit: in
         raise DataError(f"benchmark {bcfg.name!r}: {len(rows)} records, expected {bcfg.records}")
     if limit:
         rows = rows[: int(limit)]
-    problems = [Problem(pid, q, normalize_truth(spec, a), str(a)) for pid, q, a in rows]
+    problems = [Problem(pid, q, strict_truth(spec, a), str(a)) for pid, q, a in rows]
     info = {"name": spec.name, "file": str(path), "sha256": digest, "records_total": len(rows) if not limit else None,
             "n_evaluated": len(problems), "version": bcfg.get("version"), "kind": spec.answer,
             "loader": spec.loader, "spec": asdict(spec)}

@@ -11,9 +11,9 @@ Three answer kinds:
 
 Scoring is exact string match after normalisation, as in the original (no numeric tolerance).
 
-That is ``protocol="strict"`` (ours). ``protocol="official"`` reproduces the DEL authors' own
-evaluation code decision by decision (``numlearn.evaluation.official``); every function here takes
-``protocol`` and both work on the same generations.
+That is the ``strict`` scorer (ours). The ``official`` scorer reproduces the DEL authors' own
+evaluation code decision by decision (``numlearn.evaluation.official``); the scorers, chosen once by
+name (``eval.protocol``), are ``numlearn.evaluation.scorers``, and both work on the same generations.
 """
 
 from __future__ import annotations
@@ -25,15 +25,6 @@ from .spec import BASE_TRIGGERS as TRIGGERS
 from .spec import BenchmarkSpec, as_spec
 
 _NUM = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?|-?\.\d+")
-PROTOCOLS = ("strict", "official")
-
-
-def check_protocol(protocol: str) -> str:
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"eval.protocol={protocol!r}; choose one of {PROTOCOLS}")
-    return protocol
-
-
 def answer_kind(benchmark: str | BenchmarkSpec) -> str:
     """``number``, ``math`` or ``choice``, from the benchmark's spec."""
     return as_spec(benchmark).answer
@@ -182,18 +173,34 @@ def extract_choice(text: str, letters: str = "ABCDE", force_letter: bool = False
 
 def extract_answer(benchmark: str | BenchmarkSpec, completion: str, protocol: str = "strict",
                    force_choice_letter: bool = False) -> str:
-    """Normalised prediction for ``benchmark`` from a completion ("" when there is none).
+    """Normalised prediction for ``benchmark`` from a completion ("" when there is none), as the
+    scorer named ``protocol`` reads it (``numlearn.evaluation.scorers``). The official scorer
+    returns exactly the string the official code compares: for multiple choice after its forcing
+    of "A" when no letter A-J is found (``force_choice_letter`` is the strict scorer's opt-in to
+    the same rule)."""
+    from .scorers import get_scorer
 
-    ``protocol="official"`` returns exactly the string the official code compares: for multiple
-    choice after its forcing of "A" when no letter A-J is found (``force_choice_letter`` is the
-    strict protocol's opt-in to the same rule).
-    """
-    spec = as_spec(benchmark)
-    if check_protocol(protocol) == "official":
-        from . import official
+    return get_scorer(protocol).extract(as_spec(benchmark), completion, force_choice_letter)
 
-        pred = official.answer_clean(spec.answer, completion, official.triggers_for(spec))
-        return official.force_choice(pred) if spec.answer == "choice" else pred
+
+def normalize_truth(benchmark: str | BenchmarkSpec, answer, protocol: str = "strict") -> str:
+    """The ground truth as the scorer named ``protocol`` compares it, from the loader's raw answer."""
+    from .scorers import get_scorer
+
+    return get_scorer(protocol).truth(as_spec(benchmark), answer)
+
+
+def is_correct(benchmark: str | BenchmarkSpec, pred: str, ground_truth, protocol: str = "strict") -> bool:
+    """The comparator of the scorer named ``protocol`` on the raw ground truth. strict: exact
+    match of normalised strings (numbers compared as canonical decimal strings, so "5.0" == "5"
+    and "1,000" == "1000"); official: the official comparison (case-insensitive string equality
+    with the official loader's truth, the "(a)" substring rule; exact letters for multiple choice)."""
+    from .scorers import get_scorer
+
+    return get_scorer(protocol).correct(as_spec(benchmark), pred, ground_truth)
+
+
+def strict_extract(spec: BenchmarkSpec, completion: str, force_choice_letter: bool = False) -> str:
     if spec.answer == "number":
         return extract_number(completion, spec.triggers)
     if spec.answer == "math":
@@ -201,38 +208,21 @@ def extract_answer(benchmark: str | BenchmarkSpec, completion: str, protocol: st
     return extract_choice(completion, spec.choice_letters, force_choice_letter, spec.triggers)
 
 
-def normalize_truth(benchmark: str | BenchmarkSpec, answer, protocol: str = "strict") -> str:
-    """The ground truth as ``protocol`` compares it, from the loader's raw answer."""
-    spec = as_spec(benchmark)
-    kind = spec.answer
-    if check_protocol(protocol) == "official":
-        from . import official
-
-        return official.truth(spec.loader, answer)
-    if kind == "number":
+def strict_truth(spec: BenchmarkSpec, answer) -> str:
+    if spec.answer == "number":
         return normalize_number(str(answer))
-    if kind == "math":
+    if spec.answer == "math":
         return normalize_math(str(answer))
     return str(answer).strip().upper()
 
 
-def is_correct(benchmark: str | BenchmarkSpec, pred: str, ground_truth, protocol: str = "strict") -> bool:
-    """The benchmark's comparator on the raw ground truth. strict: exact match of normalised
-    strings (numbers compared as canonical decimal strings, so "5.0" == "5" and "1,000" ==
-    "1000"); official: the official comparison (case-insensitive string equality with the
-    official loader's truth, the "(a)" substring rule; exact letters for multiple choice)."""
-    spec = as_spec(benchmark)
-    kind = spec.answer
-    if check_protocol(protocol) == "official":
-        from . import official
-
-        return official.is_correct(kind, pred, normalize_truth(spec, ground_truth, "official"))
+def strict_is_correct(spec: BenchmarkSpec, pred: str, ground_truth) -> bool:
     if pred == "":
         return False
-    truth = normalize_truth(spec, ground_truth)
-    if kind == "number":
+    truth = strict_truth(spec, ground_truth)
+    if spec.answer == "number":
         return normalize_number(pred) == truth
-    if kind == "math":
+    if spec.answer == "math":
         return normalize_math(pred) == truth
     return pred.strip().upper() == truth
 

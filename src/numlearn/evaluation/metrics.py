@@ -135,10 +135,11 @@ def compute_metrics(records: list[dict], kind: str) -> dict:
     }
     if kind in ("number", "open_number"):  # open_number: result files written before the spec
         out.update(numeric_metrics(records))
-        if records and all(r.get("protocol") == "official" for r in records):
-            from .official import digit_accuracy
+    names = {r.get("protocol") for r in records}
+    if len(names) == 1 and (name := names.pop()) is not None:  # the scorer's own figures (official: run_open.py's)
+        from .scorers import get_scorer
 
-            out["digit_acc_official"] = digit_accuracy(records)
+        out.update(get_scorer(name).extra_metrics(records, kind))
     if any("correct_symbolic" in r for r in records):
         sym = [r["correct_symbolic"] for r in records if r.get("correct_symbolic") is not None]
         out["accuracy_symbolic"] = sum(sym) / len(sym) if sym else None

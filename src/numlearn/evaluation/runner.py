@@ -25,8 +25,9 @@ from numlearn.data.prompts import MC_PRIMER, POT_SUFFIX, format_prompt
 from . import official
 from .backends.base import SamplingConfig
 from .benchmarks import Problem
-from .extract import check_protocol, extract_answer, is_correct, is_equivalent_symbolic, normalize_truth
+from .extract import is_equivalent_symbolic
 from .sandbox import run_program
+from .scorers import SCORERS, Scorer, get_scorer
 from .spec import BenchmarkSpec, as_spec
 
 MODES = ("cot", "pot", "paper")
@@ -185,51 +186,15 @@ def make_attempt(kind: str, prompt: str, completion: str, timeout_s: float, allo
     return make_attempts(kind, [prompt], [completion], ProgramExecutor(timeout_s, allow_unsafe))[0]
 
 
-def _strict_pred(benchmark: BenchmarkSpec, att: dict, requested: str, force_choice_letter: bool) -> str:
-    if att["kind"] == "pot":
-        prog = (att["program"] or {}).get("strict")
-        if prog is not None:
-            return extract_answer(benchmark, "The answer is " + prog["output"].strip()) if prog["ok"] else ""
-        return extract_answer(benchmark, att["completion"]) if requested == "pot" else ""
-    return extract_answer(benchmark, att["completion"], force_choice_letter=force_choice_letter)
+def score_row(benchmark: str | BenchmarkSpec, row: dict, protocol: str | Scorer, force_choice_letter: bool = False) -> dict:
+    """The answer of one generations line under the scorer ``protocol`` names (``Scorer.score_row``)."""
+    return get_scorer(protocol).score_row(as_spec(benchmark), row, force_choice_letter)
 
 
-def _official_pred(benchmark: BenchmarkSpec, att: dict) -> str:
-    # run_open.py / run_choice.py: any completion with "print(" is executed, whatever was asked;
-    # a failed or silent program answers "" (then the CoT backup, on open sets under paper).
-    prog = (att["program"] or {}).get("official")
-    text = att["completion"] if prog is None else "The answer is " + (prog["output"].strip("\n") if prog["ok"] else "")
-    pred = official.answer_clean(benchmark.answer, text, official.triggers_for(benchmark))
-    return official.force_choice(pred) if benchmark.answer == "choice" else pred
-
-
-def first_attempt_preds(benchmark: BenchmarkSpec, att: dict, requested: str, force_choice_letter: bool = False) -> dict:
-    return {"strict": _strict_pred(benchmark, att, requested, force_choice_letter),
-            "official": _official_pred(benchmark, att)}
-
-
-def score_row(benchmark: str | BenchmarkSpec, row: dict, protocol: str, force_choice_letter: bool = False) -> dict:
-    """The answer of one generations line under ``protocol``: pred, correct, the truth as that
-    protocol compares it, and which attempt answered (``mode``)."""
-    check_protocol(protocol)
-    benchmark = as_spec(benchmark)
-    atts, requested = row["attempts"], row["requested_mode"]
-    if protocol == "strict":
-        pred = _strict_pred(benchmark, atts[0], requested, force_choice_letter)
-    else:
-        pred = _official_pred(benchmark, atts[0])
-    used = atts[0]
-    if pred == "" and requested == "paper" and len(atts) > 1:
-        used = atts[1]
-        pred = (_strict_pred(benchmark, used, requested, force_choice_letter) if protocol == "strict"
-                else _official_pred(benchmark, used))
-    mode = "cot_backup" if used is not atts[0] else used["kind"]
-    # the program this protocol ran for the first attempt (strict runs PoT programs only)
-    prog = (atts[0]["program"] or {}).get(protocol) if atts[0]["kind"] == "pot" or protocol == "official" else None
-    return {"protocol": protocol, "pred": pred, "correct": is_correct(benchmark, pred, row["gt_raw"], protocol),
-            "gt": normalize_truth(benchmark, row["gt_raw"], protocol), "mode": mode,
-            "completion": used["completion"], "program_ok": None if prog is None else prog["ok"],
-            "program_stop": None if prog is None else prog.get("stop")}
+def _needs_backup(benchmark: BenchmarkSpec, att: dict, requested: str) -> bool:
+    """Mode ``paper``: a first attempt some scorer finds no answer in gets a CoT backup, so every
+    scorer can be applied to the same generations later."""
+    return any(s.attempt_pred(benchmark, att, requested) == "" for s in SCORERS.values())
 
 
 class _Progress:
@@ -253,14 +218,14 @@ class _Progress:
 def evaluate_problems(problems: list[Problem], backend, benchmark: str | BenchmarkSpec, mode: str,
                       sampling: SamplingConfig, out_path: str | Path, pot_timeout_s: float = 5.0,
                       force_choice_letter: bool = False, symbolic_math: bool = False, chunk_size: int = 64,
-                      protocol: str = "strict", allow_unsafe_exec: bool = False, generation_key: str = "",
+                      protocol: str | Scorer = "strict", allow_unsafe_exec: bool = False, generation_key: str = "",
                       program_workers: int = 1) -> dict:
     """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}.
     ``program_workers``: generated programs run that many at a time (``ProgramExecutor``)."""
     benchmark = as_spec(benchmark)
     if mode not in MODES:
         raise ValueError(f"unknown eval mode {mode!r}; choose one of {MODES}")
-    check_protocol(protocol)
+    scorer = get_scorer(protocol)  # chosen once; nothing below branches on its name
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if pot_timeout_s <= 0:
@@ -268,12 +233,12 @@ def evaluate_problems(problems: list[Problem], backend, benchmark: str | Benchma
                          "of seconds (eval.pot_timeout_s, the official executor's is 5)")
     with GenerationsLock(out_path):
         return _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot_timeout_s,
-                                force_choice_letter, symbolic_math, chunk_size, protocol, allow_unsafe_exec,
+                                force_choice_letter, symbolic_math, chunk_size, scorer, allow_unsafe_exec,
                                 generation_key, program_workers)
 
 
 def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot_timeout_s, force_choice_letter,
-                     symbolic_math, chunk_size, protocol, allow_unsafe_exec, generation_key, program_workers) -> dict:
+                     symbolic_math, chunk_size, scorer, allow_unsafe_exec, generation_key, program_workers) -> dict:
     mc = benchmark.answer == "choice"
     use_pot = (mode == "pot" or (mode == "paper" and not mc))
 
@@ -287,7 +252,7 @@ def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot
         print(f"[numlearn.evaluate] {len(stale)} line(s) of {out_path} came from another model, sampling setting "
               "or prompt; regenerating them", file=sys.stderr, flush=True)
     stale_ids = {id(r) for r in stale}
-    old = [r for r in done if r["id"] in expected and id(r) not in stale_ids and protocol == "official"
+    old = [r for r in done if r["id"] in expected and id(r) not in stale_ids and scorer.emulates_executor
            and _old_executor(r)]
     if old:
         print(f"[numlearn.evaluate] {len(old)} line(s) of {out_path} ran their programs under an earlier emulation of "
@@ -312,7 +277,7 @@ def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot
     n_backups = 0
     with ProgramExecutor(pot_timeout_s, allow_unsafe_exec, program_workers) as programs:
         n_backups = _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark,
-                                      expected, programs, out_path, protocol, force_choice_letter, symbolic_math, bar)
+                                      expected, programs, out_path, scorer, force_choice_letter, symbolic_math, bar)
     bar.close()
     return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
             "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2),
@@ -330,7 +295,7 @@ def _throughput(before: dict, after: dict | None) -> dict:
 
 
 def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark, expected,
-                      programs, out_path, protocol, force_choice_letter, symbolic_math, bar) -> int:
+                      programs, out_path, scorer, force_choice_letter, symbolic_math, bar) -> int:
     n_backups = 0
     for s in range(0, len(todo), chunk_size):
         batch = todo[s : s + chunk_size]
@@ -339,7 +304,7 @@ def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot
         rows = [{"id": p.id, "fingerprint": expected[p.id], "gt_raw": p.raw_answer, "requested_mode": mode,
                  "attempts": [a]} for p, a in zip(batch, first)]
         if mode == "paper" and use_pot:
-            redo = [i for i, a in enumerate(first) if "" in first_attempt_preds(benchmark, a, mode).values()]
+            redo = [i for i, a in enumerate(first) if _needs_backup(benchmark, a, mode)]
             if redo:
                 prompts = [format_prompt(batch[i].question) for i in redo]
                 for i, att in zip(redo, make_attempts("cot", prompts, backend.generate(prompts, sampling), programs)):
@@ -347,7 +312,7 @@ def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot
                 n_backups += len(redo)
         with open(out_path, "a", encoding="utf-8") as f:
             for r in rows:
-                r.update(score_row(benchmark, r, protocol, force_choice_letter))
+                r.update(scorer.score_row(benchmark, r, force_choice_letter))
                 if symbolic_math and benchmark.answer == "math":
                     r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")  # one write per line
@@ -356,8 +321,8 @@ def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot
     return n_backups
 
 
-def rescore(records: list[dict], benchmark: str | BenchmarkSpec, protocol: str,
+def rescore(records: list[dict], benchmark: str | BenchmarkSpec, protocol: str | Scorer,
             force_choice_letter: bool = False) -> list[dict]:
-    """The same generations answered under another protocol (nothing is generated or run)."""
-    benchmark = as_spec(benchmark)
-    return [{**r, **score_row(benchmark, r, protocol, force_choice_letter)} for r in records]
+    """The same generations answered by another scorer (nothing is generated or run)."""
+    benchmark, scorer = as_spec(benchmark), get_scorer(protocol)
+    return [{**r, **scorer.score_row(benchmark, r, force_choice_letter)} for r in records]

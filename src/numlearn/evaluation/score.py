@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from .extract import PROTOCOLS
+from numlearn.records import RESULT, BadRecord, ResultRecord
+
 from .metrics import compute_metrics, per_problem_scores
 from .runner import read_jsonl, rescore
+from .scorers import PROTOCOLS
 from .spec import BenchmarkSpec
 
 
@@ -54,34 +57,38 @@ def main(argv=None) -> int:
     status = 0
     for f in a.files:
         p = Path(f)
-        res_path = p.with_name("result.json")
+        res_path = p.with_name(RESULT)
         if not res_path.exists():
-            print(f"{p}: no result.json beside it (written by numlearn.evaluate); cannot tell the benchmark",
+            print(f"{p}: no {RESULT} beside it (written by numlearn.evaluate); cannot tell the benchmark",
                   file=sys.stderr)
             return 2
-        stored = json.loads(res_path.read_text())
+        try:
+            stored = ResultRecord.read(res_path)
+        except BadRecord as e:
+            print(e, file=sys.stderr)
+            return 2
         recs = read_jsonl(p)[0]
         if "attempts" not in (recs or [{}])[0]:
             print(f"{p}: written before generations kept their attempts; re-run numlearn.evaluate to rescore",
                   file=sys.stderr)
             return 2
-        protocol = a.protocol or stored.get("protocol", "strict")
-        m, recs = rescore_records(recs, stored, protocol)
+        protocol = a.protocol or stored.protocol
+        m, recs = rescore_records(recs, stored.to_dict(), protocol)
         print(json.dumps({"file": str(p), "protocol": protocol, "metrics": m}, indent=1))
         if a.check:
-            if protocol != stored.get("protocol", "strict"):
+            if protocol != stored.protocol:
                 print(f"{p}: --check compares under the result's own protocol; drop --protocol", file=sys.stderr)
                 return 2
             # metrics added since the file was written (e.g. the program-stop counts) are not compared
-            ok = set(stored["metrics"]) <= set(m) and _same({k: m[k] for k in stored["metrics"]}, stored["metrics"])
-            print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} result.json", file=sys.stderr)
+            ok = set(stored.metrics) <= set(m) and _same({k: m[k] for k in stored.metrics}, stored.metrics)
+            print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} {RESULT}", file=sys.stderr)
             status |= 0 if ok else 1
         if a.write:
-            from numlearn.provenance import write_json
-
-            out = {**stored, "protocol": protocol, "metrics": m, "n": m["n"], **per_problem_scores(recs, m),
-                   "rescored_from": str(p)}
-            write_json(p.with_name(f"result.{protocol}.json"), out)
+            scores = per_problem_scores(recs, m)
+            out = replace(stored, protocol=protocol, metrics=m, correct_by_id=scores["correct_by_id"],
+                          distance_by_id=scores.get("distance_by_id", {}),
+                          extra={**stored.extra, "n": m["n"], "rescored_from": str(p)})
+            out.write(p.with_name(f"result.{protocol}.json"))
     return status
 
 

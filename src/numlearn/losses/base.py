@@ -280,6 +280,9 @@ class DigitLoss(TokenLoss):
                 logits.reshape(-1, V), flat_t, pos, self.vocab.ids_tensor(logits.device), ce_w
             )
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
+            return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
+                                 num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
+                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv))
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
                              position_ids, n_ex)
@@ -334,15 +337,30 @@ class DigitLoss(TokenLoss):
                                                     self.vocab.ids_tensor(hidden.device), chunk_size,
                                                     logit_transform, ce_w)
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
+            return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
+                                 num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
+                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv))
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
                              position_ids, n_ex)
 
+    #: the numeric term is on number tokens (``number_term``), not on digits (``digit_term``); with
+    #: single-digit tokens the two are the same thing
+    on_number_tokens = False
+
+    def number_term(self, zn: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+        """``[P]`` term of P number-token targets from their ``[P, n_number_tokens]`` logits (the
+        columns of ``vocab.ids``, in that order); ``target_ids``: the target token ids ``[P]``."""
+        raise NotImplementedError
+
     def _combine(self, ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                  num_microbatches_in_step, num_examples_in_step=None, num_digit_examples_in_step=None,
-                 position_ids=None, n_examples=0) -> LossOutput:
+                 position_ids=None, n_examples=0, number_view=None) -> LossOutput:
         """CE mean (see ``ce_normalization``) and the normalised numeric term (see
-        ``aux_normalization``) -> LossOutput."""
+        ``aux_normalization``) -> LossOutput. ``number_view``: (number-column logits ``[P, n]``,
+        target ids ``[P]``, each digit target's token ``[N]``) of a number-token vocabulary, for a term
+        on number tokens: a token's term is counted at each of its digits, so every normalisation
+        stays a per-digit one."""
         ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_examples)
 
         denom = max(float(dt.count), 1.0)
@@ -356,7 +374,11 @@ class DigitLoss(TokenLoss):
             n = _as_float(num_digit_examples_in_step)
             denom = max(n if n is not None else float(n_local), 1.0)
         if self.alpha > 0:
-            term = self.digit_term(zd, dt)
+            if self.on_number_tokens and number_view is not None:
+                zn, target_ids, token_of_digit = number_view
+                term = self.number_term(zn, target_ids)[token_of_digit]  # [N]: the token's term at each digit
+            else:
+                term = self.digit_term(zd, dt)
             aux = self.alpha * (term if per_digit is None else term * per_digit).sum() / denom
         else:
             aux = zd.sum() * 0.0  # keeps the graph so backward works with no digits / alpha 0

@@ -81,6 +81,13 @@ class NumberVocab:
             self._by_len[key] = (ids, table.reshape(len(sel), length), cols)
         return self._by_len[key]
 
+    def values_tensor(self, device: torch.device | str) -> torch.Tensor:
+        """``[n]`` fp32: each number token's integer value, in the order of ``ids`` ("007" is 7)."""
+        key = ("values", str(device))
+        if key not in self._by_len:
+            self._by_len[key] = torch.tensor([float(int(s)) for s in self.strings], device=device)
+        return self._by_len[key]
+
     def ids_tensor(self, device: torch.device | str) -> torch.Tensor:
         key = ("ids", str(device))
         if key not in self._by_len:

@@ -14,6 +14,7 @@ from .digits import DigitVocab
 from .spans import IGNORE_INDEX, DigitTargets, to_targets
 
 PLACE_WEIGHTS = ("official", "none")
+NTL_LEVELS = ("digit", "number")
 
 
 class MLELoss(DigitLoss):
@@ -53,6 +54,13 @@ class NTLLoss(DigitLoss):
 
     variant="was": ``sum_k |y - k| * p[k]`` (Wasserstein-1 between one-hot(y) and p);
     variant="mse": ``(sum_k k * p[k] - y)^2``. Averaged over digit targets, times alpha.
+
+    level="number" (for tokenizers that group digits into number tokens, the ntloss-style
+    ``digit_level=False`` comparison): the same two terms on whole number tokens, with p the softmax
+    over the number tokens only and k running over their integer values (Llama-3: 0..999; "7", "07"
+    and "007" are all 7). A token's term is counted at each of its digits, so alpha and every
+    ``aux_normalization`` mean what they mean for the digit terms (a mean over digit targets). With
+    single-digit tokens it is the digit level exactly.
     alpha has no default (the NTL authors use 0.3 on their own scale). The DEL authors' baseline takes ``.mean()`` over the
     ``[N, 10]`` terms with coefficient 1, i.e. alpha 0.1 per micro-batch; in their Qwen/DeepSeek
     script that is summed over GA x W micro-batches (effective 12.8 for Qwen2.5-1.5B).
@@ -61,11 +69,24 @@ class NTLLoss(DigitLoss):
     name = "ntl"
 
     def __init__(self, vocab: DigitVocab, alpha: float, variant: str = "was",
-                 aux_normalization: str = "step", ce_normalization: str = "token") -> None:
+                 aux_normalization: str = "step", ce_normalization: str = "token", level: str = "digit") -> None:
         super().__init__(vocab, alpha, aux_normalization, float_spans=False, ce_normalization=ce_normalization)
         if variant not in ("was", "mse"):
             raise ValueError(f"NTL variant={variant!r}; choose 'was' or 'mse'")
-        self.variant = variant
+        if level not in NTL_LEVELS:
+            raise ValueError(f"NTL level={level!r}; choose one of {NTL_LEVELS} (number: on whole number tokens)")
+        self.variant, self.level = variant, level
+        self.on_number_tokens = level == "number"
+
+    def number_term(self, zn: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+        ids = self.vocab.ids_tensor(zn.device)
+        v = self.vocab.values_tensor(zn.device)  # [n]: each number token's integer value
+        order = torch.argsort(ids)  # ids ascending from NumberVocab.from_strings; any order by hand
+        y = v[order[torch.searchsorted(ids[order], target_ids)]]
+        p = torch.softmax(zn.float(), dim=-1)
+        if self.variant == "was":
+            return (p * (y.unsqueeze(1) - v).abs()).sum(-1)
+        return ((p * v).sum(-1) - y) ** 2
 
     def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
         p = torch.softmax(zd, dim=-1)
@@ -76,7 +97,7 @@ class NTLLoss(DigitLoss):
         return ((p * k).sum(-1) - y) ** 2
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, variant={self.variant!r}"
+        return f"{super().extra_repr()}, variant={self.variant!r}" + (", level='number'" if self.on_number_tokens else "")
 
 
 class Dist2Loss(DigitLoss):

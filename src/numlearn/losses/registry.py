@@ -9,7 +9,7 @@ import torch
 
 from .base import TokenLoss, check_aux_normalization, check_ce_normalization
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
-from .numbers import number_token_vocab
+from .numbers import NumberVocab, number_token_vocab
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .token_level import EMOLoss, MixCELoss
 
@@ -44,6 +44,21 @@ def capabilities(name: str) -> LossCapabilities:
     weighted = "alpha" in inspect.signature(cls.__init__).parameters
     return LossCapabilities(key, bool(cls.has_linear_form), bool(cls.needs_digit_vocab),
                             bool(cls.needs_model_embeddings), weighted)
+
+
+def resolve_vocab(tokenizer: Any) -> DigitVocab | NumberVocab:
+    """The digit vocabulary of ``tokenizer``: its single-digit tokens, or, where digits are grouped
+    into number tokens of 1..K digits (Llama-3, DeepSeek-V3), the number tokens whose digit
+    marginals stand in for them. ``TokenizerDigitError`` names the problem when it has neither."""
+    try:
+        return digit_token_ids(tokenizer)
+    except TokenizerDigitError as single:
+        if isinstance(tokenizer, DigitVocab):
+            raise
+        try:  # digits grouped into number tokens of 1..K digits: their digit marginals
+            return number_token_vocab(tokenizer)
+        except TokenizerDigitError as grouped:
+            raise TokenizerDigitError(f"{single} Number tokens: {grouped}") from None
 
 
 def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, **options: Any) -> TokenLoss:
@@ -95,15 +110,7 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
         except ValueError:
             vocab = None
     else:
-        try:
-            vocab = digit_token_ids(tokenizer)
-        except TokenizerDigitError as single:
-            if isinstance(tokenizer, DigitVocab):
-                raise
-            try:  # digits grouped into number tokens of 1..K digits: their digit marginals
-                vocab = number_token_vocab(tokenizer)
-            except TokenizerDigitError as grouped:
-                raise TokenizerDigitError(f"{single} Number tokens: {grouped}") from None
+        vocab = resolve_vocab(tokenizer)
     loss = cls(vocab, **options)
     if cls.needs_model_embeddings and model is not None and getattr(loss, "embedding", None) is None:
         loss.bind_model(model)

@@ -258,6 +258,28 @@ def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, s
     return "\n".join(lines), pd.DataFrame(rows)
 
 
+def across_models(df: pd.DataFrame, base_model: str, loss: str = "mle", n_boot: int = 2000) -> tuple[str, pd.DataFrame]:
+    """``loss`` of every other model minus ``loss`` of ``base_model``, accuracy and numerical distance,
+    with the seed-aware intervals of ``paired_bootstrap`` (e.g. MLE with a digit-chunking tokenizer
+    against MLE with single-digit tokens: the tokenisation effect itself). Markdown and the rows."""
+    sub = df[df["loss"] == loss].copy()
+    if base_model not in set(sub["model"]):
+        raise ValueError(f"no {loss} results of model {base_model!r} among {sorted(set(sub['model']))}")
+    sub["loss"] = sub["model"].map(lambda m: f"{loss} ({m})")
+    sub["model"] = "across models"
+    sub["alpha"] = None
+    base = f"{loss} ({base_model})"
+    acc = paired_bootstrap(sub, baseline=base, n_boot=n_boot)
+    dist = paired_bootstrap(sub, baseline=base, n_boot=n_boot, field="distance_by_id", scale=1.0, with_macc=False)
+    md = [f"Each model's {loss} minus `{base}`, accuracy points (seed-aware 95% CI; `*` as above):", "",
+          _vs_mle_pivot(acc, lambda r: _ci_cell(r)).reset_index().to_markdown(index=False)] if not acc.empty else []
+    if not dist.empty:
+        md += ["", "Numerical distance (negative = closer to the truth):", "",
+               _vs_mle_pivot(dist, lambda r: _ci_cell(r, f=".3f")).reset_index().to_markdown(index=False)]
+    rows = pd.concat([acc.assign(metric="accuracy"), dist.assign(metric="numerical_distance")], ignore_index=True)
+    return "\n".join(md), rows
+
+
 def header(command: str | None, tool: str = "numlearn.reporting.aggregate", out_dir: str | Path | None = None) -> str:
     """Provenance lines of a generated table; ``out_dir``: where it is written (its own earlier
     outputs there do not make the tree dirty)."""
@@ -275,11 +297,12 @@ def header(command: str | None, tool: str = "numlearn.reporting.aggregate", out_
 
 
 def load_table_results(paths, protocol: str | None = None, skip_bad: bool = False, skipped: list | None = None,
-                       exclude_benchmarks=(), selected: str | Path | None = None) -> tuple[pd.DataFrame, dict | None]:
+                       exclude_benchmarks=(), selected: str | Path | None = None,
+                       recipe_may_differ_in: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict | None]:
     """The result rows a table is built from (``load_results``), without ``exclude_benchmarks`` (the
     split the weights were chosen on), with the rows at the sweep's chosen weights labelled from
     ``selected`` (``selected.json``); also returns that file's content (None without one)."""
-    df = load_results(paths, protocol, skip_bad, skipped)
+    df = load_results(paths, protocol, skip_bad, skipped, recipe_may_differ_in)
     sel = None
     if selected:
         try:
@@ -389,8 +412,9 @@ def main(argv=None) -> int:
     ap.add_argument("--command", default=None, help="the command recorded in the header")
     ap.add_argument("--no-reference", action="store_true", help="omit the paper's reference rows")
     ap.add_argument("--wandb", action="store_true", help="also log the tables to W&B (offline without a key)")
-    ap.add_argument("--protocol", choices=("strict", "official"), default=None,
-                    help="evaluation protocol of the table (default: the one protocol the results share)")
+    ap.add_argument("--protocol", default=None,
+                    help="the scorer of the table (strict, official, math-verify: numlearn.evaluation.scorers; "
+                         "default: the one the results share)")
     ap.add_argument("--skip-bad", action="store_true", help="leave out unreadable result files (named on stderr)")
     ap.add_argument("--exclude-benchmarks", default="",
                     help="comma-separated benchmarks to leave out (e.g. the validation split weights were chosen on)")

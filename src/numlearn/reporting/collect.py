@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from numlearn.records import BadRecord, ResultRecord
 from numlearn.rundirs import recipe_differences, training_recipe
 
 
@@ -14,39 +14,16 @@ def column_name(benchmark: str, mode: str) -> str:
     return benchmark if mode == "paper" else f"{benchmark} ({mode})"
 
 
-def _for_protocol(f: Path, protocol: str | None) -> tuple[Path, dict] | None:
-    """The result file of ``f``'s generations under ``protocol``: ``result.json`` itself when it was
-    scored that way, else its rescored sibling ``result.<protocol>.json``; None if neither."""
-    r = json.loads(f.read_text())
-    if protocol is None or r.get("protocol", "strict") == protocol:
-        return f, r
-    alt = f.with_name(f"result.{protocol}.json")
-    return (alt, json.loads(alt.read_text())) if alt.exists() else None
-
-
-def _heldout(run: dict) -> dict:
-    """The run's held-out teacher-forced digit metrics: copied into the result file by the
-    evaluator; for results written before that, read from the run's own ``run.json``."""
-    if run.get("heldout") is not None:
-        return run["heldout"] or {}
-    rj = Path(run["run_dir"]) / "run.json" if run.get("run_dir") else None
-    if rj is not None and rj.is_file():
-        try:
-            return json.loads(rj.read_text()).get("heldout") or {}
-        except (OSError, json.JSONDecodeError):
-            return {}
-    return {}
-
-
-class BadResultFile(ValueError):
+class BadResultFile(BadRecord):
     pass
 
 
-def shared_recipe(r: dict) -> dict:
+def shared_recipe(r: ResultRecord, ignore: tuple[str, ...] = ()) -> dict:
     """What the runs of one table must share: the training recipe of the run behind result ``r``
-    (``run.recipe``, or the evaluation's composed config for older files) less its loss and seed."""
-    rec = training_recipe((r.get("run") or {}).get("recipe") or r.get("config") or {})
-    return {k: v for k, v in rec.items() if k not in ("loss", "seed")}
+    (``run.recipe``, or the evaluation's composed config for older files) less its loss and seed
+    (and the sections in ``ignore``: ``model`` for a table that compares tokenizers)."""
+    rec = training_recipe(r.training_config)
+    return {k: v for k, v in rec.items() if k not in ("loss", "seed", *ignore)}
 
 
 def check_one_recipe(recipes: dict[str, dict]) -> None:
@@ -94,7 +71,7 @@ def _one_result_per_cell(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad: bool = False,
-                 skipped: list | None = None) -> pd.DataFrame:
+                 skipped: list | None = None, recipe_may_differ_in: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per result file. ``protocol``: take each generation's result under that protocol
     (see ``numlearn.evaluation.score --write``); None accepts one protocol only -- a table never
     mixes the two. A file that is not a readable result raises ``BadResultFile`` naming it, or with
@@ -111,33 +88,28 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
     rows, missing, recipes = [], [], {}
     for f0 in files:
         try:
-            got = _for_protocol(f0, protocol)
-            if got is None:
-                missing.append(str(f0))
-                continue
-            f, r = got
-            run, m, b = r.get("run") or {}, r["metrics"], r["benchmark"]
-            m["accuracy"], m["n"], b["name"], r["mode"]  # noqa: B018 - the fields every table needs
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            r = ResultRecord.read(f0).for_protocol(protocol)
+        except BadRecord as e:
             if not skip_bad:
-                raise BadResultFile(f"{f0}: not a readable result file ({type(e).__name__}: {e}); re-run its "
-                                    "evaluation, delete it, or pass --skip-bad") from None
+                raise BadResultFile(f"{e} (or pass --skip-bad)") from None
             if skipped is not None:
                 skipped.append(str(f0))
             continue
+        if r is None:
+            missing.append(str(f0))
+            continue
+        m, run = r.metrics, r.run
         rows.append({
-            "file": str(f), "experiment": run.get("experiment"), "model": run.get("model"),
-            "loss": run.get("loss_tag") or run.get("loss") or "?", "alpha": run.get("alpha"), "seed": run.get("seed"),
-            "protocol": r.get("protocol", "strict"),
-            "benchmark": b["name"], "mode": r["mode"], "kind": b.get("kind"), "column": column_name(b["name"], r["mode"]),
+            "file": str(r.path), "experiment": run.get("experiment"), "model": run.get("model"),
+            "loss": r.row, "alpha": run.get("alpha"), "seed": run.get("seed"), "protocol": r.protocol,
+            "benchmark": r.benchmark_name, "mode": r.mode, "kind": r.benchmark.get("kind"),
+            "column": column_name(r.benchmark_name, r.mode),
             "accuracy": m["accuracy"], "n": m["n"], "numerical_distance": m.get("numerical_distance"),
             "digit_acc_int": m.get("digit_acc_int") or {}, "digit_acc_frac": m.get("digit_acc_frac") or {},
-            "correct_by_id": r.get("correct_by_id") or {},
-            "distance_by_id": r.get("distance_by_id") or {},
-            "git": (r.get("git") or {}).get("commit"),
-            "heldout": _heldout(run),
+            "correct_by_id": r.correct_by_id, "distance_by_id": r.distance_by_id,
+            "git": r.git_commit, "heldout": r.heldout,
         })
-        recipes[str(f)] = shared_recipe(r)
+        recipes[str(r.path)] = shared_recipe(r, recipe_may_differ_in)
     if missing:
         raise FileNotFoundError(f"{len(missing)} result(s) have no {protocol} scoring (e.g. {missing[0]}); run "
                                 f"python -m numlearn.evaluation.score <generations.jsonl> --protocol {protocol} --write")

@@ -16,11 +16,12 @@ Which seeds the store still lacks is a question about configs, so the orchestrat
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from numlearn.records import BadRecord, ResultRecord, is_result_file
 
 DEFAULT_STORE = Path("results/runs")
 DEFAULT_OUTPUTS = Path("outputs")
@@ -30,26 +31,16 @@ class StoreError(ValueError):
     pass
 
 
-def _numbers(r: dict) -> dict:
-    """What a result says, without when, where and by which commit it was computed."""
-    return {"metrics": r.get("metrics"), "correct_by_id": r.get("correct_by_id"),
-            "distance_by_id": r.get("distance_by_id"), "heldout": (r.get("run") or {}).get("heldout")}
-
-
-def read_result(path: Path) -> dict:
+def read_result(path: Path) -> ResultRecord:
     try:
-        r = json.loads(path.read_text())
-        r["metrics"]["accuracy"], r["benchmark"]["name"], r["mode"]  # noqa: B018 - what every table reads
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise StoreError(f"{path}: not a readable result file ({type(e).__name__}: {e}); re-run its evaluation "
-                         "or delete it") from None
-    return r
+        return ResultRecord.read(path)
+    except BadRecord as e:
+        raise StoreError(str(e)) from None
 
 
 def result_files(root: Path) -> list[Path]:
     """The evaluator's result files under ``root``: ``eval/<benchmark>/<mode>/result[.<protocol>].json``."""
-    return sorted(p for p in Path(root).rglob("result*.json")
-                  if p.parent.parent.parent.name == "eval" and (p.name == "result.json" or p.name.count(".") == 2))
+    return sorted(p for p in Path(root).rglob("result*.json") if is_result_file(p))
 
 
 @dataclass
@@ -83,7 +74,7 @@ def publish(sources: list[str | Path], outputs: str | Path = DEFAULT_OUTPUTS,
             new = read_result(f)
             dest = store / f.relative_to(outputs)
             if dest.exists():
-                same = _numbers(read_result(dest)) == _numbers(new)
+                same = read_result(dest).numbers() == new.numbers()
                 (done.identical if same else done.changed).append(dest)
             else:
                 done.new.append(dest)

@@ -3,7 +3,9 @@
 Run dir layout::
 
     <run_dir>/config.yaml        resolved config
-    <run_dir>/run.json           provenance, data report, effective weight of the numeric term, status
+    <run_dir>/run.json           RunRecord (numlearn.records): provenance, data report, effective weight of
+                                 the numeric term, status. Training records training only: every
+                                 measurement (the teacher-forced digit metrics too) is numlearn.evaluate's
     <run_dir>/metrics.jsonl      every log record (loss, loss/ce, loss/aux, digit accuracy, entropy)
     <run_dir>/checkpoints/       Trainer checkpoints (resume point)
     <run_dir>/final/             model + tokenizer (what evaluation loads)
@@ -26,7 +28,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.losses import LOSSES, capabilities
-from numlearn.provenance import provenance, write_json
+from numlearn.provenance import provenance
+from numlearn.records import RUN_META, RunRecord
 from numlearn.rundirs import damaged_weights, recipe_sha, run_is_complete, training_recipe
 from numlearn.training.launch import launch_info
 
@@ -42,50 +45,6 @@ def loss_options(loss_cfg) -> dict:
     ``tag``, the name of a loss config that varies a loss's options: it names the run dir)."""
     return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k not in ("name", "tag")}
 
-
-
-def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32) -> dict:
-    """Teacher-forced CE and digit statistics of ``model`` on ``{"instruction", "output"}`` records
-    (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
-    ``n_digits``, ``n_examples``, plus ``mass_by_distance`` and ``entropies`` for analysis."""
-    from numlearn.data.collate import PadCollator, tokenize_records
-    from numlearn.losses import IGNORE_INDEX, digit_summary, digit_view, shift_targets
-
-    feats, _ = tokenize_records(records, tokenizer, max_length)
-    coll = PadCollator(tokenizer.pad_token_id)
-    was_training = model.training
-    model.eval()
-    ce_sum = n_tok = 0.0
-    tot: dict = {}
-    ents = []
-    dev = next(model.parameters()).device
-    with torch.no_grad():
-        for i in range(0, len(feats), batch_size):
-            b = {k: v.to(dev) for k, v in coll(feats[i : i + batch_size]).items()}
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            t = shift_targets(b["labels"])
-            ce_sum += float(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum"))
-            n_tok += float((t != IGNORE_INDEX).sum())
-            s = digit_summary(*digit_view(logits, b["labels"], vocab))
-            ents.append(s.pop("entropies").cpu())
-            for k, v in s.items():
-                tot[k] = tot[k] + v if k in tot else v
-    model.train(was_training)
-    n = float(tot.get("n", 0.0))
-    nd = max(n, 1.0)
-    return {"ce": ce_sum / max(n_tok, 1), "digit_acc": float(tot.get("correct", 0.0)) / nd,
-            "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "digit_nll": float(tot.get("nll", 0.0)) / nd,
-            "n_digits": int(n), "n_examples": len(feats),
-            "mass_by_distance": (tot["mass_by_distance"] / nd).tolist() if n else [0.0] * 10,
-            "entropies": torch.cat(ents).tolist() if ents else []}
-
-
-def heldout_metrics(model, tokenizer, records, loss_fn, max_length: int, batch_size: int = 32) -> dict:
-    """The scalar held-out metrics recorded in ``run.json``."""
-    if getattr(loss_fn, "vocab", None) is None:
-        return {}
-    m = teacher_forced_digits(model, tokenizer, records, loss_fn.vocab, max_length, batch_size)
-    return {k: m[k] for k in ("ce", "digit_acc", "digit_nll", "digit_entropy", "n_digits", "n_examples")}
 
 
 @dataclass
@@ -153,6 +112,7 @@ def check_run_options(cfg) -> None:
     if cfg.get("harness_name") == "official" and not cfg.get("paper_row"):
         raise ValueError("harness=official reproduces a paper preset's own script: add experiment=table1_<model> "
                          "(or ablation_qwen2.5-1.5b)")
+    # the schema (numlearn.schema.TrainConfig) types every key; what a type cannot say is checked here
     for key in ("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length"):
         v = cfg.train.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -169,10 +129,10 @@ def check_run_options(cfg) -> None:
     if fused is not False and cfg.train.get("fsdp") and int((cfg.train.get("fsdp_config") or {}).get("version", 2)) == 1:
         raise ValueError("train.fused_linear_loss with FSDP1 (train.fsdp_config.version=1) is untested: FSDP1's flat "
                          "parameters are not the head weight outside its forward; use FSDP2 (version 2) or set it to false")
-    sampling = cfg.train.get("sampling") or "random"
+    sampling = cfg.train.sampling
     if sampling not in SAMPLINGS:
         raise ValueError(f"train.sampling={sampling!r}; choose one of {SAMPLINGS}")
-    if sampling == "group_by_length" and template_draw(cfg) == "rank" and cfg.data.get("template") == "official":
+    if sampling == "group_by_length" and template_draw(cfg) == "rank" and cfg.data.template == "official":
         raise ValueError("train.sampling=group_by_length with data.template_draw=rank: each rank's lengths come from "
                          "its own template, so the ranks would group (and shard) the examples differently; use "
                          "train.sampling=random or data.template_draw=run")
@@ -180,7 +140,7 @@ def check_run_options(cfg) -> None:
     if packing not in (None, False, True) and not (isinstance(packing, int) and packing >= 1):
         raise ValueError(f"train.packing={packing!r}: false, true (rows of 2x the longest example) or the row "
                          "capacity as a multiple of the batch's longest example (an integer >= 1)")
-    if packing and cfg.train.get("attention_mask", True):
+    if packing and cfg.train.attention_mask:
         raise ValueError("train.packing needs train.attention_mask=false: packed examples are kept apart through "
                          "restarting position_ids, which transformers reads only when no attention mask is passed")
 
@@ -207,7 +167,7 @@ def rank_templates(cfg, world_size: int) -> list[dict]:
     0 records them all."""
     from numlearn.data.prompts import training_template
 
-    mode = cfg.data.get("template", "alpaca")
+    mode = cfg.data.template
     return [{"rank": r, "official_index": training_template(mode, int(cfg.seed), template_rank(cfg, r)).index}
             for r in range(max(int(world_size), 1))]
 
@@ -229,7 +189,7 @@ def plan_run(cfg) -> RunPlan:
         return recs
 
     records = functools.cache(load)  # loaded once, on first use (a dry run with a hub tokenizer never does)
-    template = training_template(cfg.data.get("template", "alpaca"), int(cfg.seed), template_rank(cfg))
+    template = training_template(cfg.data.template, int(cfg.seed), template_rank(cfg))
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
                                 cache_dir, _abs(cfg.paths.root_dir), cfg.paths.get("assets_dir"))
     loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
@@ -256,7 +216,7 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "grad_accum": plan.grad_accum, "world_size": plan.world_size, "launch": launch_info(),
         "template": plan.template.describe(),
         "template_draw": template_draw(cfg), "templates": rank_templates(cfg, plan.world_size),
-        "boundary": cfg.data.get("boundary", "split"),
+        "boundary": cfg.data.boundary,
         "vocab_setup": cfg.model.get("vocab_setup"), "tokenizer_len": len(plan.tokenizer),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
         "fsdp": bool(cfg.train.get("fsdp")),
@@ -342,7 +302,7 @@ def train(cfg: DictConfig) -> Path:
             meta["templates_at_paper_layout"] = rank_templates(cfg, paper_ws)
         if not main:
             return run_dir
-        write_json(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else "run.json"), meta)
+        RunRecord.from_dict(meta).write(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else RUN_META))
         print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
               f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
               f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"
@@ -365,8 +325,6 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     from transformers import TrainingArguments
 
     from numlearn.data.collate import PackCollator, PadCollator, tokenize_records
-    from numlearn.data.sources import read_records
-    from numlearn.data.synthetic import ensure_synthetic
     from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
     from numlearn.training.model import build_model
 
@@ -375,7 +333,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     cache_dir = _abs(cfg.paths.cache_dir)
     records = plan.records()
     feats, report = tokenize_records(records, tokenizer, int(tcfg.max_length), plan.template,
-                                     cfg.data.get("boundary", "split"))
+                                     cfg.data.boundary)
     log.info("data: %s", report.as_dict())
     if report.n_truncated:
         print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
@@ -389,7 +347,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
             "n_params": sum(p.numel() for p in model.parameters())}
     main = is_main_process()
     if main:
-        write_json(meta_path, meta)
+        RunRecord.from_dict(meta, meta_path).write()
     wandb = cfg.logger.name == "wandb" and main
     if wandb:
         from numlearn.tracking import init_run
@@ -408,38 +366,38 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         warmup_steps=float(tcfg.warmup_ratio),
         weight_decay=float(tcfg.weight_decay),
         adam_beta2=float(tcfg.get("adam_beta2", 0.999)),
-        max_grad_norm=float(tcfg.get("max_grad_norm", 1.0)),
+        max_grad_norm=float(tcfg.max_grad_norm),
         num_train_epochs=float(tcfg.num_train_epochs),
         max_steps=int(tcfg.get("max_steps") or -1),
         logging_steps=int(tcfg.logging_steps),
         save_strategy="steps",
         save_steps=int(tcfg.save_steps),
-        save_total_limit=int(tcfg.get("save_total_limit", 2)),
+        save_total_limit=int(tcfg.save_total_limit),
         bf16=bool(tcfg.get("bf16", False)) and use_cuda,
         seed=int(cfg.seed),
         data_seed=int(cfg.seed),
         report_to=["wandb"] if cfg.logger.name == "wandb" else [],
         run_name=str(cfg.get("run_name") or run_dir.name),
-        dataloader_num_workers=int(tcfg.get("dataloader_num_workers", 0)),
+        dataloader_num_workers=int(tcfg.dataloader_num_workers),
         remove_unused_columns=False,
-        disable_tqdm=bool(tcfg.get("disable_tqdm", False)),
+        disable_tqdm=bool(tcfg.disable_tqdm),
         use_cpu=not use_cuda,
         fsdp=tcfg.get("fsdp") or "",
         fsdp_config=(OmegaConf.to_container(tcfg.fsdp_config, resolve=True)
                      if tcfg.get("fsdp") and tcfg.get("fsdp_config") else None),
-        gradient_checkpointing=bool(tcfg.get("gradient_checkpointing", False)),
+        gradient_checkpointing=bool(tcfg.gradient_checkpointing),
         # non-padding input tokens in every log record (a gather per micro-batch: throughput checks)
-        include_num_input_tokens_seen="non_padding" if tcfg.get("count_input_tokens", False) else "no",
+        include_num_input_tokens_seen="non_padding" if tcfg.count_input_tokens else "no",
         average_tokens_across_devices=True,
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
-        train_sampling_strategy=str(tcfg.get("sampling") or "random"),
+        train_sampling_strategy=str(tcfg.sampling),
     )
     fused = uses_fused_linear_loss(cfg)
     bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
     extra = {"logits_to_keep": 1} if fused else None
     packing = tcfg.get("packing")
     collator = (PackCollator(tokenizer.pad_token_id, 2 if packing is True else int(packing), extra=extra) if packing
-                else PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.get("attention_mask", True)),
+                else PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.attention_mask),
                                  extra=extra))
     trainer = NumlearnTrainer(
         model=model, args=args, train_dataset=feats, data_collator=collator,
@@ -469,24 +427,16 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         trainer.save_model(str(final_dir))
         if trainer.is_world_process_zero():
             tokenizer.save_pretrained(str(final_dir))
-        held = {}
-        hcfg = cfg.data.get("heldout")
-        # every process runs the held-out pass: under FSDP each forward gathers from all ranks
-        if hcfg and int(hcfg.get("n") or 0) > 0:
-            if cfg.data.source == "synthetic":
-                path = ensure_synthetic(cache_dir, 0, int(hcfg.n), 0, int(cfg.data.get("seed", 0)))["test"]
-                recs = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
-                held = heldout_metrics(model, tokenizer, recs, loss_fn, int(tcfg.max_length))
         whole = whole_run_loss(metrics_path)
         train_metrics = {**result.metrics, **({"train_loss": whole} if whole is not None else {}),
                          "train_loss_note": "mean of the logged losses over the whole run, resumes included"}
         meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2), resumed_from=last,
-                    train_metrics=train_metrics, heldout=held, global_step=trainer.state.global_step)
+                    train_metrics=train_metrics, global_step=trainer.state.global_step)
         if peak is not None:
             meta["peak_gpu_memory"] = peak
         if trainer.is_world_process_zero():
-            write_json(meta_path, meta)
-            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}; held-out {held}", flush=True)
+            RunRecord.from_dict(meta, meta_path).write()
+            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}", flush=True)
     finally:
         if wandb:
             from numlearn.tracking import finish_run

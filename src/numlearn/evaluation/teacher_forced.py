@@ -1,0 +1,117 @@
+"""Teacher-forced digit metrics: how a model scores the digits of reference solutions it is fed.
+
+Generation says whether the answer came out right; this says how sure the model is of each digit
+when the reference so far is given (what DEL acts on): held-out CE, digit accuracy, digit NLL and
+digit entropy over every digit of the responses. Any model with digits in its vocabulary (single-
+digit tokens, or number tokens of 1..K digits through their digit marginals) and any data with
+numbers in their solutions: the synthetic task's test split, GSM8K's solutions, a JSONL file.
+
+``eval.teacher_forced`` chooses the data (null: not computed):
+
+    teacher_forced: {source: synthetic, n: 200}                      # the synthetic test split (data.seed)
+    teacher_forced: {source: file, file: <path>, n: 200}             # instruction/output, GSM8K or MATH records
+
+The evaluator computes it once per model and writes it into every result file of that evaluation
+(``teacher_forced``); training records training only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+SCALARS = ("ce", "digit_acc", "digit_nll", "digit_entropy", "n_digits", "n_examples")
+SOURCES = ("synthetic", "file")
+
+
+def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32) -> dict:
+    """Teacher-forced CE and digit statistics of ``model`` on ``{"instruction", "output"}`` records
+    (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
+    ``digit_nll``, ``n_digits``, ``n_examples``, plus ``mass_by_distance`` (mean p[k] by |k - target|)
+    and ``entropies`` (one per digit position) for analysis. ``vocab``: a ``DigitVocab`` or
+    ``NumberVocab`` (``numlearn.losses.resolve_vocab``)."""
+    from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.losses import IGNORE_INDEX, digit_summary, digit_view, shift_targets
+
+    feats, _ = tokenize_records(records, tokenizer, max_length)
+    coll = PadCollator(tokenizer.pad_token_id)
+    was_training = model.training
+    model.eval()
+    ce_sum = n_tok = 0.0
+    tot: dict = {}
+    ents = []
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        for i in range(0, len(feats), batch_size):
+            b = {k: v.to(dev) for k, v in coll(feats[i : i + batch_size]).items()}
+            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            t = shift_targets(b["labels"])
+            ce_sum += float(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum"))
+            n_tok += float((t != IGNORE_INDEX).sum())
+            s = digit_summary(*digit_view(logits, b["labels"], vocab))
+            ents.append(s.pop("entropies").cpu())
+            for k, v in s.items():
+                tot[k] = tot[k] + v if k in tot else v
+    model.train(was_training)
+    n = float(tot.get("n", 0.0))
+    nd = max(n, 1.0)
+    return {"ce": ce_sum / max(n_tok, 1), "digit_acc": float(tot.get("correct", 0.0)) / nd,
+            "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "digit_nll": float(tot.get("nll", 0.0)) / nd,
+            "n_digits": int(n), "n_examples": len(feats),
+            "mass_by_distance": (tot["mass_by_distance"] / nd).tolist() if n else [0.0] * 10,
+            "entropies": torch.cat(ents).tolist() if ents else []}
+
+
+def heldout_metrics(model, tokenizer, records, max_length: int, batch_size: int = 32) -> dict:
+    """The scalar teacher-forced metrics (``SCALARS``) a result file records; ``{}`` for a tokenizer
+    without digit tokens (nothing to measure)."""
+    from numlearn.losses import TokenizerDigitError, resolve_vocab
+
+    try:
+        vocab = resolve_vocab(tokenizer)
+    except TokenizerDigitError:
+        return {}
+    m = teacher_forced_digits(model, tokenizer, records, vocab, max_length, batch_size)
+    return {k: m[k] for k in SCALARS}
+
+
+def teacher_forced_records(tcfg, data_cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict]:
+    """The ``{"instruction", "output"}`` records ``eval.teacher_forced`` names (``tcfg``), the first
+    ``n`` of them."""
+    from numlearn.data.sources import convert_record, read_records
+
+    source, n = str(tcfg.get("source") or ""), int(tcfg.get("n") or 0)
+    if source not in SOURCES:
+        raise ValueError(f"eval.teacher_forced.source={source!r}: choose one of {SOURCES} (or set "
+                         "eval.teacher_forced=null to skip the teacher-forced metrics)")
+    if n <= 0:
+        raise ValueError(f"eval.teacher_forced.n={n}: the number of solutions to score, >= 1")
+    if source == "synthetic":
+        from numlearn.data.synthetic import ensure_synthetic
+
+        path = ensure_synthetic(Path(cache_dir), 0, n, 0, int(data_cfg.get("seed") or 0))["test"]
+        return [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)][:n]
+    if not tcfg.get("file"):
+        raise ValueError("eval.teacher_forced.source=file needs eval.teacher_forced.file: a JSONL or JSON file of "
+                         "instruction/output, GSM8K (question/answer with ####) or MATH (problem/solution) records")
+    path = Path(str(tcfg.file)).expanduser()
+    if not path.is_absolute():
+        path = Path(data_root) / path
+    recs = read_records(path)
+    return [convert_record(r, f"{path}:{i + 1}") for i, r in enumerate(recs[:n])]
+
+
+def measure(model_path: str, tcfg, records: list[dict], model=None, tokenizer=None) -> dict:
+    """``eval.teacher_forced`` (``tcfg``) on ``records`` (``teacher_forced_records``) with the model
+    at ``model_path``, or the given ``model``/``tokenizer`` (the HF backend's): the scalars and the
+    data they came from."""
+    if model is None or tokenizer is None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    m = heldout_metrics(model, tokenizer, records, int(tcfg.max_length), int(tcfg.get("batch_size") or 32))
+    return {**m, "source": str(tcfg.source), **({"file": str(tcfg.file)} if tcfg.get("file") else {})}

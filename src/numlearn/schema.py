@@ -1,0 +1,159 @@
+"""The config's one schema: Hydra structured configs for the sections every run shares.
+
+``train``, ``data`` and ``eval`` (and ``eval.teacher_forced``) are dataclasses registered in Hydra's
+ConfigStore; each preset in ``conf/train``, ``conf/data`` and ``conf/eval`` starts from its schema
+(``defaults: [_schema, _self_]``) and sets only what differs. So every default lives here once,
+a key is typed when the config is composed (``train.max_steps=ten`` or ``eval.temperature=hot`` is
+an error naming the key before anything loads), a misspelt key is refused, and code reads
+``cfg.train.sampling`` instead of ``cfg.train.get("sampling") or "random"``. What a type cannot say
+(choices, option combinations) stays in ``numlearn.training.run.check_run_options`` and the
+evaluator's checks.
+
+The defaults are the embedded default's (the tiny model on CPU); ``conf/train/paper.yaml`` and
+``conf/eval/paper.yaml`` are the paper scale's differences. A key a schema adds must default to
+null or false unless every preset already set it: a stored result's recipe then still equals the
+recomposed one (``numlearn.rundirs.recipe_differences``).
+
+``register()`` is called by every entry point (``numlearn.cli.conf_dir``) and by the tests'
+conftest; code that composes ``conf/`` itself calls it first.
+"""
+
+# ruff: noqa: UP006, UP035, UP045 - OmegaConf 2.3 reads typing's Optional/List/Dict, not X | None
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+# the official stop strings (the DEL authors' run_open.py / run_choice.py) plus the chat templates'
+OFFICIAL_STOP = ["USER:", "ASSISTANT:", "### Instruction:", "Response:", "\n\nProblem", "\nProblem", "Problem:",
+                 "<|eot_id|>", "####"]
+
+
+def _fsdp_config() -> dict:
+    return {"version": 2,  # FSDP2 (fully_shard); transformers 5.19 deprecates FSDP1
+            "reshard_after_forward": True,  # full shard (the authors' "full_shard auto_wrap")
+            "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "transformer_layer_cls_to_wrap": ["${model.fsdp_wrap}"],
+            "state_dict_type": "FULL_STATE_DICT"}
+
+
+@dataclass
+class TrainConfig:
+    """``train``: the optimiser, schedule, batch layout and the loss's execution."""
+
+    per_device_train_batch_size: int = 32
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 3.0e-3
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    adam_beta2: float = 0.99
+    max_grad_norm: float = 1.0
+    num_train_epochs: float = 1
+    max_steps: Optional[int] = 1500  # null: num_train_epochs epochs
+    max_length: int = 256
+    bf16: bool = False
+    logging_steps: int = 50
+    save_steps: int = 250
+    save_total_limit: int = 1
+    # torch's intra-op threads (null: torch's default); the tiny preset's numbers are independent of the
+    # core count at 1, and make reproduce-table1 runs JOBS rows at once
+    torch_threads: Optional[int] = 1
+    disable_tqdm: bool = True
+    attention_mask: bool = False
+    # false, true (rows of 2x the longest example) or the row capacity as a multiple of it (an int >= 1):
+    # a batch's examples packed into rows with restarting position_ids, the same loss, fewer pad tokens
+    packing: Any = False
+    sampling: str = "random"  # random | group_by_length (~35 % fewer pad tokens, but it stalled the tiny model)
+    # true | false | auto (on for the losses with a linear form): the loss from hidden states and the head
+    # weight, the [B, T, V] logits never formed (mle, ntl, dist2, del)
+    fused_linear_loss: Any = False
+    loss_chunk_size: int = 1024  # target positions per chunk of the fused linear loss
+    fsdp: bool = False  # true under `accelerate launch` (the paper preset; make test-distributed on 2 CPUs)
+    fsdp_config: Dict[str, Any] = field(default_factory=_fsdp_config)
+    gradient_checkpointing: bool = False
+    count_input_tokens: bool = False
+    dataloader_num_workers: int = 0
+
+
+@dataclass
+class DataConfig:
+    """``data``: the training data (``numlearn.data.sources``). The shared keys have defaults; each
+    source's own keys are null unless its preset sets them (so a recipe never gains a key it did not
+    have: ``numlearn.rundirs.recipe_differences`` treats an absent key and a null one alike)."""
+
+    name: str = MISSING
+    source: str = MISSING  # synthetic | local | hf
+    template: str = "alpaca"  # alpaca | official (the authors' set)
+    template_draw: Optional[str] = None  # official only: run (null: one draw for all ranks) | rank
+    boundary: str = "split"  # split | joint (as the authors' trainers tokenise)
+    limit: Optional[int] = None  # the first N training records (null: all)
+    # source=synthetic
+    n_train: Optional[int] = None
+    seed: Optional[int] = None
+    pot: Any = None  # true | false | the share of problems also given as PoT (a float)
+    # source=local
+    files: Optional[List[str]] = None
+    limit_per_file: Optional[int] = None
+    fetch: Optional[List[Dict[str, Any]]] = None  # pinned sources of the files (make data)
+    # source=hf
+    hf_name: Optional[str] = None
+    split: Optional[str] = None
+    load_kwargs: Optional[Dict[str, Any]] = None
+
+
+@dataclass
+class TeacherForcedConfig:
+    """``eval.teacher_forced``: the solutions the teacher-forced digit metrics are measured on."""
+
+    source: str = "synthetic"  # synthetic (the data seed's test split) | file
+    file: Optional[str] = None  # source=file: JSONL/JSON of instruction/output, GSM8K or MATH records
+    n: int = 200
+    max_length: int = "${train.max_length}"  # type: ignore[assignment]  # an interpolation, typed int once resolved
+    batch_size: int = 32
+
+
+@dataclass
+class EvalConfig:
+    """``eval``: zero-shot greedy decoding with explicit sampling parameters, the scorer, the
+    sandbox's knobs and the benchmarks (``conf/eval/benchmark/*.yaml``, composed by name)."""
+
+    backend: str = "hf"  # hf | vllm
+    protocol: str = "strict"  # the scorer: strict | official | math-verify (numlearn.evaluation.scorers)
+    modes: List[str] = field(default_factory=lambda: ["cot", "pot"])
+    benchmarks: Dict[str, Any] = field(default_factory=dict)
+    limit: Optional[int] = None  # the first N problems of each benchmark (null: all)
+    batch_size: int = 64
+    dtype: str = "float32"
+    max_model_len: int = 4096
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: List[str] = field(default_factory=lambda: list(OFFICIAL_STOP))
+    max_new_tokens_cap: Optional[int] = None  # cap every benchmark's max_new_tokens (CPU smoke runs)
+    pot_timeout_s: float = 5.0  # the official executor's limit
+    force_choice_letter: bool = False  # strict scorer only: no letter -> "A" (the official scorer always does)
+    symbolic_math: bool = False  # also report math-verify's verdict on MATH (accuracy_symbolic)
+    # Generated programs run inside an OS sandbox (bubblewrap; make sandbox); without one the evaluation
+    # refuses to start, and true runs them with process-level limits only (recorded in result.json)
+    allow_unsafe_exec: bool = False
+    # programs at once, each in its own sandbox (null: one per CPU core)
+    program_workers: Optional[int] = None
+    # torch's intra-op threads for generation (null: torch's default). Several evaluations at once must
+    # each take 1: two threads per process on two cores ran 5-10x slower
+    torch_threads: Optional[int] = None
+    teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
+
+
+SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig}
+
+
+def register() -> None:
+    """Put the schemas in Hydra's ConfigStore (idempotent): ``train/_schema``, ``eval/_schema``,
+    ``data/_schema``."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for (group, name), node in SCHEMAS.items():
+        cs.store(group=group, name=name, node=node)

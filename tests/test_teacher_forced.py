@@ -1,0 +1,117 @@
+"""The teacher-forced digit metrics are the evaluator's (numlearn.evaluation.teacher_forced): values
+checked by hand on a model whose logits are fixed, any data with numbers (GSM8K solutions), and one
+evaluation writing them into each of its result files while training records training only."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from numlearn.evaluation.teacher_forced import heldout_metrics, teacher_forced_digits, teacher_forced_records
+from numlearn.losses import IGNORE_INDEX, digit_token_ids, shift_targets
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+class _FixedLM(torch.nn.Module):
+    """The same logits ``z`` at every position, whatever the input."""
+
+    def __init__(self, z):
+        super().__init__()
+        self.z = torch.nn.Parameter(z.clone())
+
+    def forward(self, input_ids, attention_mask=None):
+        return type("Out", (), {"logits": self.z.expand(*input_ids.shape, -1)})()
+
+
+def test_metrics_by_hand_on_fixed_logits(char_tokenizer):
+    from numlearn.data.collate import PadCollator, tokenize_records
+
+    tok = char_tokenizer
+    vocab = digit_token_ids(tok)
+    z = torch.zeros(len(tok))
+    z[list(vocab.digit_ids)] = torch.tensor([3.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0])  # digit 0 the most likely
+    z[tok.eos_token_id] = 1.5
+    records = [{"instruction": "1+1", "output": "20"}, {"instruction": "9-1", "output": "8.0"}]
+    m = teacher_forced_digits(_FixedLM(z), tok, records, vocab, max_length=512)
+    # by hand: the response digits are 2, 0, 8, 0; p over the ten digits is softmax of the fixed ten
+    p = torch.softmax(z[list(vocab.digit_ids)], 0)
+    targets = [2, 0, 8, 0]
+    assert m["n_digits"] == 4 and m["n_examples"] == 2
+    assert m["digit_acc"] == pytest.approx(2 / 4)  # argmax is 0: right on the two zeros only
+    assert m["digit_nll"] == pytest.approx(sum(-math.log(p[t]) for t in targets) / 4, rel=1e-5)
+    assert m["digit_entropy"] == pytest.approx(float(-(p * p.log()).sum()), rel=1e-5)  # over the ten, not the vocab
+    # token CE over every response position (digits, ".", EOS), with the full vocabulary's softmax
+    feats, _ = tokenize_records(records, tok, 512)
+    t = shift_targets(PadCollator(tok.pad_token_id)(feats)["labels"])
+    logp = torch.log_softmax(z, 0)
+    want = float(-logp[t[t != IGNORE_INDEX]].mean())
+    assert m["ce"] == pytest.approx(want, rel=1e-5)
+    assert m["mass_by_distance"][0] == pytest.approx(float(sum(p[t] for t in targets) / 4), rel=1e-5)
+
+
+def test_a_tokenizer_without_digits_measures_nothing(spacey_number_tokenizer):
+    assert heldout_metrics(None, spacey_number_tokenizer, [], 64) == {}
+
+
+def test_any_data_with_numbers_gsm8k_solutions(data_dir, tiny_tokenizer):
+    tcfg = OmegaConf.create({"source": "file", "file": "benchmarks/gsm8k/gsm8k.jsonl", "n": 3, "max_length": 256})
+    recs = teacher_forced_records(tcfg, OmegaConf.create({}), data_dir, data_dir)
+    assert len(recs) == 3 and recs[0]["output"].endswith("The answer is 18.")  # GSM8K's '#### 18', converted
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("llama", vocab_size=len(tiny_tokenizer), hidden_size=16, intermediate_size=32,
+                               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
+    torch.manual_seed(0)
+    m = heldout_metrics(AutoModelForCausalLM.from_config(cfg), tiny_tokenizer, recs, 256)
+    assert m["n_examples"] == 3 and m["n_digits"] > 20 and 0 <= m["digit_acc"] <= 1
+    assert m["digit_entropy"] == pytest.approx(math.log(10), abs=0.05)  # an untrained model: near uniform
+
+
+@pytest.mark.parametrize("tcfg, match", [
+    ({"source": "wiki", "n": 3}, "choose one of"),
+    ({"source": "file", "n": 3}, "needs eval.teacher_forced.file"),
+    ({"source": "synthetic", "n": 0}, ">= 1"),
+    ({"source": "file", "file": "nope.jsonl", "n": 3}, "data file not found"),
+])
+def test_bad_teacher_forced_config_is_a_clear_error(tmp_path, tcfg, match):
+    with pytest.raises(ValueError, match=match):
+        teacher_forced_records(OmegaConf.create(tcfg), OmegaConf.create({}), tmp_path, tmp_path)
+
+
+def test_evaluation_measures_and_training_does_not(tmp_path):
+    from numlearn.evaluate import run_evaluation
+    from numlearn.training.run import train
+
+    over = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
+            "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
+            "data.n_train=200", "train=smoke", "loss=del", "loss.alpha=0.5", f"paths.output_dir={tmp_path}/out",
+            f"paths.cache_dir={tmp_path}/cache", "eval.teacher_forced.n=12", "eval.benchmarks.synthetic_test.generator.n=4",
+            "eval.benchmarks.synthetic_ood.generator.n=3", "eval.max_new_tokens_cap=4", "eval.modes=[cot]"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        run_dir = train(compose("config", overrides=over))
+        files = run_evaluation(compose("evaluate", overrides=over))
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert "heldout" not in meta and meta["schema"] == 2  # training records training only
+    res = [json.loads(f.read_text()) for f in files]
+    assert len(res) == 2 and all(r["schema"] == 2 for r in res)
+    tf = res[0]["teacher_forced"]
+    assert tf["n_examples"] == 12 and tf["source"] == "synthetic" and tf["n_digits"] > 0
+    assert all(r["teacher_forced"] == tf for r in res)  # once per model, in every result of the evaluation
+    # the same numbers as measuring the saved model directly on the data seed's test split
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from numlearn.records import ResultRecord
+
+    recs = teacher_forced_records(OmegaConf.create({"source": "synthetic", "n": 12}), OmegaConf.create({"seed": 0}),
+                                  tmp_path, tmp_path / "cache")
+    direct = heldout_metrics(AutoModelForCausalLM.from_pretrained(run_dir / "final"),
+                             AutoTokenizer.from_pretrained(run_dir / "final"), recs, 256)
+    assert direct == {k: tf[k] for k in direct}
+    assert ResultRecord.read(files[0]).heldout == tf  # what the held-out tables read
