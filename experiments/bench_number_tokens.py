@@ -180,6 +180,18 @@ def numeric_part_only(B: int, T: int, reps: int) -> dict:
     return {"seconds": seconds, "value": value, "positions": int(pos.numel())}
 
 
+def _table(res: dict, extra: dict, variants: list[str], base: str) -> list[str]:
+    """Markdown rows of ``variants`` (the first is ``base`` alone): time against the base timed in the
+    same process, peak memory against the base's own process."""
+    out = [f"| variant | fwd+bwd s | {base} s, same process | time / {base} | peak extra MB | "
+           f"extra MB over the {base}'s |", "|---|---|---|---|---|---|"]
+    for v in variants:
+        r = res[v]
+        out.append(f"| {v} | {r['seconds']:.3f} | {r['base_seconds']:.3f} | {r['seconds'] / r['base_seconds']:.3f} | "
+                   f"{extra[v]:.0f} | {extra[v] - extra[variants[0]]:+.0f} |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="4x1024")
@@ -214,21 +226,9 @@ def main(argv=None) -> int:
              f"targets in {k['n_number_positions']} number-token positions ({100 * k['n_number_positions'] / (B * T):.1f}% "
              f"of tokens), fp32, CPU threads {k['threads']}, best of {a.reps}; a [B*T, V] fp32 buffer is "
              f"{full_mb:.0f} MB", "",
-             "| variant | fwd+bwd s | CE kernel s, same process | time / CE kernel | peak extra MB | "
-             "extra MB over the CE kernel's |",
-             "|---|---|---|---|---|---|"]
-    for v in LOGIT_VARIANTS:
-        r = res[v]
-        lines.append(f"| {v} | {r['seconds']:.3f} | {r['base_seconds']:.3f} | {r['seconds'] / r['base_seconds']:.3f} | "
-                     f"{extra[v]:.0f} | {extra[v] - extra['ce_kernel']:+.0f} |")
-    lines += ["", f"hidden-state path (from_hidden, H = {a.hidden}, chunks of 1,024 positions):", "",
-              "| variant | fwd+bwd s | linear CE s, same process | time / linear CE | peak extra MB | "
-              "extra MB over the linear CE's |",
-              "|---|---|---|---|---|---|"]
-    for v in HIDDEN_VARIANTS:
-        r = res[v]
-        lines.append(f"| {v} | {r['seconds']:.3f} | {r['base_seconds']:.3f} | {r['seconds'] / r['base_seconds']:.3f} | "
-                     f"{extra[v]:.0f} | {extra[v] - extra['linear_ce']:+.0f} |")
+             *_table(res, extra, LOGIT_VARIANTS, "CE kernel"),
+             "", f"hidden-state path (from_hidden, H = {a.hidden}, chunks of 1,024 positions):", "",
+             *_table(res, extra, HIDDEN_VARIANTS, "linear CE")]
     worst = max(res[v]["seconds"] / res[v]["base_seconds"] for v in LOGIT_VARIANTS[1:])
     worst_mem = max(extra[v] - extra["ce_kernel"] for v in LOGIT_VARIANTS[1:])
     lines += ["",

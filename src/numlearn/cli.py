@@ -56,7 +56,7 @@ def _check_typed_override(arg: str, prog: str) -> None:
     try:
         OmegaConf.merge(OmegaConf.structured(node), {name: v})
     except OmegaConfBaseException as e:
-        want = {f.name: f.type for f in __import__("dataclasses").fields(node)}[name]
+        want = node.__dataclass_fields__[name].type
         want = want.__name__ if isinstance(want, type) else str(want).replace("typing.", "")
         sys.exit(f"{prog}: error: {key}={v!r}: the schema types {key} as {want} "
                  f"(numlearn.schema.{node.__name__}; {str(e).splitlines()[0]})")

@@ -68,8 +68,8 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     loaded = {}
     for name, bcfg in ecfg.benchmarks.items():
         loaded[name] = load_benchmark(bcfg, data_root, cache_dir, limit=ecfg.get("limit"))
-    tf_records = None
-    if tcfg := ecfg.get("teacher_forced"):
+    tf_records, tcfg = None, ecfg.get("teacher_forced")
+    if tcfg:
         from numlearn.evaluation.teacher_forced import teacher_forced_records
 
         tf_records = teacher_forced_records(tcfg, cfg.data, data_root, cache_dir)
@@ -89,7 +89,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     backend = backend_from_config(ecfg, model_path, seed=int(cfg.seed))
     prov = provenance()
     teacher_forced = None
-    if tcfg := ecfg.get("teacher_forced"):
+    if tcfg:
         from numlearn.evaluation.teacher_forced import measure
 
         t0 = time.time()
