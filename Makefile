@@ -123,6 +123,20 @@ notebook: setup ## notebooks/analysis.ipynb executed on the committed store (tab
 	$(PIPELINE) notebook
 
 # Tokenizers that group digits (issue 28): the tiny model with a 3-digit-chunking tokenizer (model=tiny_chunk3),
+# A pretrained start (issue 27): every seed's MLE base (Table 1's MLE run; trained first where missing) fine-tuned
+# by each loss on the long3 task (three-digit operands), 1,000 base-task problems replayed; evaluated on both tasks
+pretrained-tiny: setup ## Pretrained-start table on the tiny recipe (SEEDS=8, JOBS=n, REUSE=1) -> results/pretrained_tiny
+	$(PIPELINE) pretrained --seeds $(SEEDS) --jobs $(JOBS) $(REUSE_FLAG)
+
+# A real pretrained model (issue 27): what a SmolLM2-135M run costs here, measured first; then its rows on the recipe
+# that fits (conf/experiment/smollm2_synthetic.yaml): MLE, DEL at 1.28 and the paper form at its ablation-chosen weight
+smollm2-cost: setup assets data ## Seconds per step and per problem of SmolLM2-135M on 2 cores -> results/smollm2_cost (~8 min)
+	$(PY) experiments/smollm2_cost.py --data-dir $${NUMLEARN_DATA_DIR:-data}
+
+SMOLLM2_SEEDS ?= 3
+smollm2-rows: setup assets data ## SmolLM2-135M fine-tuned on the synthetic task, MLE / DEL / DEL paper form (SMOLLM2_SEEDS=3, ~17 min a run) -> results/smollm2_synthetic
+	$(PIPELINE) table1 --experiment smollm2_synthetic --rows mle,del,del_paper:0.32 --selected none --seeds $(SMOLLM2_SEEDS) --jobs 1 --out results/smollm2_synthetic --command "make smollm2-rows SMOLLM2_SEEDS=$(SMOLLM2_SEEDS) REUSE=1" $(REUSE_FLAG)
+
 # MLE single-digit vs chunked, DEL/NTL/DIST2 and whole-number NTL at weights chosen on its own validation sweep
 chunked-tiny: setup ## Digit-grouping tokenizer table on the tiny recipe (SEEDS=8, JOBS=n, REUSE=1) -> results/chunked_tiny
 	$(PIPELINE) chunked --seeds $(SEEDS) --sweep-seeds $(SWEEP_SEEDS) --jobs $(JOBS) $(REUSE_FLAG)
@@ -152,4 +166,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: ablation-tiny chunked-tiny docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean

@@ -30,8 +30,11 @@ SHARED = Path(os.environ.get("NUMLEARN_SHARED_DIR", REPO.parent / "shared"))
 # The repo's own data root (`make data`) first; a local copy beside the clone otherwise.
 DATA_DIR = Path(os.environ.get("NUMLEARN_DATA_DIR") or
                 (REPO / "data" if (REPO / "data" / "benchmarks").is_dir() else SHARED / "data"))
+# ./assets once `make assets` has put the mirror's tokenizers there (it builds llama3 there even without a
+# mirror: a folder holding only that one does not shadow the local copy)
 TOKENIZERS = Path(os.environ.get("NUMLEARN_ASSETS_DIR") or
-                  (REPO / "assets" if (REPO / "assets" / "tokenizers").is_dir() else SHARED / "assets")) / "tokenizers"
+                  (REPO / "assets" if (REPO / "assets" / "tokenizers" / "qwen2.5").is_dir() else SHARED / "assets")) \
+    / "tokenizers"
 
 
 def _need(path: Path, what: str):

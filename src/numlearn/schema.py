@@ -72,6 +72,9 @@ class TrainConfig:
     fsdp: bool = False  # true under `accelerate launch` (the paper preset; make test-distributed on 2 CPUs)
     fsdp_config: Dict[str, Any] = field(default_factory=_fsdp_config)
     gradient_checkpointing: bool = False
+    # null: every weight trains; N: only the top N decoder layers and the final norm do (the embeddings, a
+    # tied head and the layers below are frozen: a real model fine-tuned on 2 CPU cores, issue 27)
+    trainable_layers: Optional[int] = None
     count_input_tokens: bool = False
     dataloader_num_workers: int = 0
 
@@ -92,6 +95,8 @@ class DataConfig:
     n_train: Optional[int] = None
     seed: Optional[int] = None
     pot: Any = None  # true | false | the share of problems also given as PoT (a float)
+    difficulty: Optional[str] = None  # a task variant (numlearn.data.synthetic.DIFFICULTIES); null: the base task
+    replay: Optional[int] = None  # with a difficulty: that many base-task problems mixed in (null: none)
     # source=local
     files: Optional[List[str]] = None
     limit_per_file: Optional[int] = None

