@@ -795,8 +795,6 @@ def pretrained(a, seeds: list[int], live) -> int:
     if a.rows is None:
         rows += [r for r in selected_rows(a.selected) if r not in rows]
     rows = [Row(r.loss, r.alpha, (*r.extra, *extra)) for r in rows]
-    if not any(r.loss == "mle" and r.alpha is None for r in rows):
-        raise PipelineError("--rows: the tables compare each row with MLE; include mle")
     bases = base_jobs(seeds, experiment=a.experiment, outputs=a.outputs, extra=tuple(a.base_override), say=_say)
     if bases and (failed := run_jobs(bases, a.jobs, live=live)):
         _report_failures(failed, _say)
