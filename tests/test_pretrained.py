@@ -285,3 +285,15 @@ def test_the_cost_projection_is_steps_times_seconds_plus_problems_times_seconds(
     r = rows[(200, "top 6", 50)]  # (6 + 200 x 3) s + (30 + 50 x 8) s = 606 + 430 s = 17.3 min
     assert (r["train_min"], r["eval_min"], r["run_min"], r["fits"]) == (10.1, 7.2, 17.3, True)
     assert rows[(200, "all", 200)]["fits"] is False and rows[(200, "top 6", 50)]["study_h"] == round(9 * 17.27 / 60, 1)
+
+
+def test_selected_none_adds_no_chosen_weights(tmp_path, monkeypatch):
+    """make smollm2-rows passes --selected none: its rows only, none labelled val-chosen."""
+    seen = {}
+    monkeypatch.setattr(pipeline, "plan_rows", lambda rows, seeds, **kw: seen.setdefault("rows", [r.label for r in rows])
+                        and [])
+    monkeypatch.setattr(pipeline, "build_tables", lambda *a, **k: seen.setdefault("selected", k["selected"]) or 0)
+    assert pipeline.main(["table1", "--experiment", "smollm2_synthetic", "--rows", "mle,del", "--selected", "none",
+                          "--seeds", "1", "--out", str(tmp_path)]) == 0
+    assert seen == {"rows": ["mle", "del"], "selected": None}
+    assert pipeline.selected_rows(None) == []
