@@ -85,6 +85,12 @@ def test_replay_spreads_the_base_task_evenly_among_the_variant(tmp_path):
     assert len(with_pot) == 4 + 2 + 3  # a PoT example for every other problem, replayed ones included
     with pytest.raises(DataError, match="without data.difficulty"):
         synthetic_records(tmp_path, 4, 0, replay=2)
+    from omegaconf import OmegaConf
+
+    from numlearn.data.sources import load_source
+
+    with pytest.raises(DataError, match="options of the synthetic task, not of source='local'"):
+        load_source(OmegaConf.create({"source": "local", "files": [], "difficulty": "long3"}), tmp_path, tmp_path)
 
 
 # -- fine-tuning from a stored run ----------------------------------------------------------------

@@ -142,6 +142,9 @@ def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[
     """Records for a ``conf/data/*.yaml`` node."""
     kind = cfg.source
     limit = cfg.get("limit")
+    if kind != "synthetic" and (cfg.get("difficulty") or cfg.get("replay")):
+        raise DataError(f"data.difficulty / data.replay are options of the synthetic task, not of source={kind!r}; "
+                        "remove them (or use data=synthetic)")
     if kind == "synthetic":
         seed, pot = cfg.get("seed"), cfg.get("pot")
         recs = synthetic_records(cache_dir, cfg.n_train, 0 if seed is None else seed, True if pot is None else pot,
