@@ -755,6 +755,7 @@ def base_jobs(seeds: list[int], *, experiment: str, outputs: Path, extra: tuple[
     from numlearn.cli import conf_dir
     from numlearn.records import RunRecord
     from numlearn.rundirs import run_is_complete
+    from numlearn.training.model import base_final_dir
 
     jobs = []
     with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
@@ -767,7 +768,7 @@ def base_jobs(seeds: list[int], *, experiment: str, outputs: Path, extra: tuple[
                 continue  # named by hand: build_model checks it
             base = cfg.model.base
             train = [str(o) for o in base.train]
-            run_dir = outputs / str(base.run) / f"seed={seed}"
+            run_dir = base_final_dir(cfg.model, outputs, seed).parent
             if run_is_complete(run_dir):
                 want = training_recipe(compose("config", overrides=[*train, *extra, f"seed={seed}"]))
                 have = RunRecord.of_run_dir(run_dir).recipe or {}

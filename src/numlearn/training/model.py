@@ -23,6 +23,20 @@ class BaseModelMissing(FileNotFoundError):
     """``model.source=run`` names a base run that has not finished: one message with the command that trains it."""
 
 
+def base_final_dir(model_cfg, output_dir: str | Path, seed: int) -> Path:
+    """Where ``model.source=run``'s base model lives (checked or not): ``model.base_model_dir``, else
+    ``<output_dir>/<model.base.run>/seed=<seed>/final``."""
+    from numlearn.rundirs import FINAL
+
+    base = model_cfg.get("base") or {}
+    if model_cfg.get("base_model_dir"):
+        return Path(str(model_cfg.base_model_dir)).expanduser()
+    if base.get("run"):
+        return Path(output_dir) / str(base.run) / f"seed={seed}" / FINAL
+    raise ValueError("model.source=run needs model.base.run (a run root under paths.output_dir, e.g. "
+                     "table1_tiny/tiny/mle/alpha=0.0) or model.base_model_dir (a final/ directory)")
+
+
 def base_model_dir(model_cfg, output_dir: str | Path, seed: int) -> Path:
     """``model.source=run``: the ``final/`` directory of the base run -- ``model.base_model_dir`` when
     set, else ``<output_dir>/<model.base.run>/seed=<seed>/final`` (the base of the same seed). Raises
@@ -30,14 +44,7 @@ def base_model_dir(model_cfg, output_dir: str | Path, seed: int) -> Path:
     from numlearn.rundirs import FINAL, damaged_weights, run_is_complete
 
     base = model_cfg.get("base") or {}
-    explicit = model_cfg.get("base_model_dir")
-    if explicit:
-        final = Path(str(explicit)).expanduser()
-    elif base.get("run"):
-        final = Path(output_dir) / str(base.run) / f"seed={seed}" / FINAL
-    else:
-        raise ValueError("model.source=run needs model.base.run (a run root under paths.output_dir, e.g. "
-                         "table1_tiny/tiny/mle/alpha=0.0) or model.base_model_dir (a final/ directory)")
+    final = base_final_dir(model_cfg, output_dir, seed)
     train = " ".join(str(o) for o in (base.get("train") or []))
     how = (f"train it first: python -m numlearn.train {train} seed={seed} paths.output_dir={output_dir}"
            if train else "train that run first") + " (make pretrained-tiny trains the missing bases, then the rows)"
