@@ -303,3 +303,19 @@ def test_selected_none_adds_no_chosen_weights(tmp_path, monkeypatch):
                           "--seeds", "1", "--out", str(tmp_path)]) == 0
     assert seen == {"rows": ["mle", "del"], "selected": None}
     assert pipeline.selected_rows(None) == []
+
+
+def test_the_mechanism_script_reads_the_variants_heldout_solutions(tmp_path):
+    """experiments/del_mechanism.py --difficulty long3 teacher forces on the long3 test split (the
+    pretrained start's task), not the base task's, which stays its default."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("del_mech", Path(__file__).resolve().parents[1] / "experiments"
+                                                  / "del_mechanism.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    long3 = mod.heldout_records(3, cache=tmp_path, difficulty="long3")
+    base = mod.heldout_records(3, cache=tmp_path)
+    assert [r["instruction"] for r in long3] == [p.question for p in synthetic.generate("test", 3, 0, variant="long3")]
+    assert [r["output"] for r in base] == [p.cot for p in synthetic.generate("test", 3, 0)]
+    assert long3 != base
