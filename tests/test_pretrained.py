@@ -319,3 +319,31 @@ def test_the_mechanism_script_reads_the_variants_heldout_solutions(tmp_path):
     assert [r["instruction"] for r in long3] == [p.question for p in synthetic.generate("test", 3, 0, variant="long3")]
     assert [r["output"] for r in base] == [p.cot for p in synthetic.generate("test", 3, 0)]
     assert long3 != base
+
+
+def test_check_bases_says_whether_a_base_is_table_1s_model(tmp_path, capsys):
+    """experiments/check_bases.py: a base whose held-out metrics equal the stored Table 1 result passes;
+    the same store with one metric moved by 1e-4 (another model) fails, naming the seed."""
+    import importlib.util
+
+    from numlearn.training.run import train
+
+    spec = importlib.util.spec_from_file_location("check_bases", Path(__file__).resolve().parents[1] / "experiments"
+                                                  / "check_bases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = train(_cfg(tmp_path, *SMALL, "experiment_name=table1_tiny", "seed=1"))
+    records = [{"instruction": p.question, "output": p.cot} for p in synthetic.generate("test", 200, 0)]
+    held = mod.base_heldout(tmp_path / "out", 1, records)
+    assert 0 < held["digit_acc"] <= 1 and held["ce"] > 0
+    result = tmp_path / "runs" / mod.BASE_RUN / "seed=1" / "eval" / "synthetic_test" / "cot" / "result.json"
+    result.parent.mkdir(parents=True)
+    argv = ["--seeds", "1-1", "--outputs", str(tmp_path / "out"), "--store", str(tmp_path / "runs"),
+            "--cache", str(tmp_path / "cache")]
+    result.write_text(json.dumps({"run": {"heldout": held}}))
+    assert mod.main(argv) == 0 and "| 1 |" in capsys.readouterr().out
+    result.write_text(json.dumps({"run": {"heldout": {**held, "digit_nll": held["digit_nll"] + 1e-4}}}))
+    assert mod.main(argv) == 1 and "seeds [1] differ" in capsys.readouterr().err
+    assert base.name == "seed=1"
+    with pytest.raises(FileNotFoundError, match="no stored Table 1 MLE result for seed 2"):
+        mod.stored_heldout(tmp_path / "runs", 2)
