@@ -97,9 +97,11 @@ def training_history(run_dir: Path) -> dict:
             "digit_logit": {f"{int(f * 100)}%": at(logit, f) for f in (0.0, 0.1, 0.5, 1.0)} if logit else None}
 
 
-def data_place_weights(data_dir: Path, n_synthetic: int = 20000) -> dict:
+def data_place_weights(data_dir: Path, n_synthetic: int = 20000, difficulty: str | None = None,
+                       n_variant: int = 5000, cache: Path = REPO / "data_cache") -> dict:
     """Mean DEL place weight per digit of each training set's responses, from the text (one token
-    per character: the spans and weights are those of any tokenizer with single-digit tokens)."""
+    per character: the spans and weights are those of any tokenizer with single-digit tokens); with
+    ``difficulty``, that variant's training split too (its first ``n_variant``: the pretrained start's)."""
     from numlearn.data.sources import convert_record, read_records
     from numlearn.losses import DigitVocab, number_spans
 
@@ -120,8 +122,11 @@ def data_place_weights(data_dir: Path, n_synthetic: int = 20000) -> dict:
     from numlearn.data.synthetic import ensure_synthetic
 
     out = {}
-    path = ensure_synthetic(REPO / "data_cache", n_synthetic, 0, 0, 0)["train"]
+    path = ensure_synthetic(cache, n_synthetic, 0, 0, 0)["train"]
     out["synthetic (train, CoT)"] = stats([r["cot"] for r in read_records(path)])
+    if difficulty:
+        path = ensure_synthetic(cache, n_variant, 0, 0, 0, difficulty=difficulty)["train"]
+        out[f"synthetic {difficulty} (train, CoT)"] = stats([r["cot"] for r in read_records(path)])
     for name, rel in (("GSM8K-train", "train/gsm8k/train.jsonl"), ("MATH-train", "train/math/orgn-MATH-train.jsonl")):
         f = data_dir / rel
         if f.is_file():
@@ -204,7 +209,7 @@ def main(argv=None) -> int:
                               for k in ("loss", "loss_tag", "alpha", "seed", "recipe_sha")}})
             print(f"[del_mechanism] {name} {d.name}: done", file=sys.stderr, flush=True)
     summary = {name: _summarise(rs) for name, rs in runs.items()}
-    data = data_place_weights(a.data_dir)
+    data = data_place_weights(a.data_dir, difficulty=a.difficulty)
     prov = provenance()
     res = {"command": "python experiments/del_mechanism.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "provenance": prov,

@@ -319,6 +319,10 @@ def test_the_mechanism_script_reads_the_variants_heldout_solutions(tmp_path):
     assert [r["instruction"] for r in long3] == [p.question for p in synthetic.generate("test", 3, 0, variant="long3")]
     assert [r["output"] for r in base] == [p.cot for p in synthetic.generate("test", 3, 0)]
     assert long3 != base
+    # the variant's training data: three-digit operands carry more place weight per digit than the base task's
+    w = mod.data_place_weights(tmp_path / "none", n_synthetic=300, difficulty="long3", n_variant=300, cache=tmp_path)
+    assert set(w) == {"synthetic (train, CoT)", "synthetic long3 (train, CoT)"}
+    assert w["synthetic long3 (train, CoT)"]["mean_place_weight"] > w["synthetic (train, CoT)"]["mean_place_weight"]
 
 
 def test_check_bases_says_whether_a_base_is_table_1s_model(tmp_path, capsys):
