@@ -4,9 +4,9 @@
 
 Run dirs are local, so ``make pretrained-tiny`` retrains each seed's MLE base (Table 1's recipe)
 where ``outputs/`` lacks it. This scores each base's ``final/`` teacher forced on the synthetic test
-split's first 200 solutions -- the held-out metrics every Table 1 result file records under
-``run.heldout`` -- and compares them with the committed Table 1 MLE result of that seed. Equal to
-the printed precision means the fine-tunes start from the model whose accuracy Table 1 reports;
+split's first 200 solutions -- the records Table 1's ``eval.teacher_forced`` names
+(``preset_records``), whose metrics every Table 1 result file records under ``run.heldout`` -- and
+compares them with the committed Table 1 MLE result of that seed. Equal to the printed precision means the fine-tunes start from the model whose accuracy Table 1 reports;
 a difference says the base was retrained into another model (another machine, library or code).
 Exit status 1 when any seed differs by more than ``--tol``.
 """
@@ -53,8 +53,7 @@ def compare(mine: dict, stored: dict, tol: float) -> tuple[bool, dict]:
 
 
 def main(argv=None) -> int:
-    from numlearn.data.sources import read_records
-    from numlearn.data.synthetic import ensure_synthetic
+    from numlearn.evaluation.teacher_forced import preset_records
     from numlearn.pipeline import parse_seeds
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -66,13 +65,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     seeds = parse_seeds(a.seeds)
-    path = ensure_synthetic(a.cache, 0, 200, 0, 0)["test"]
-    records = [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)][:200]
+    # the records (and length cap) Table 1's result files were measured on: its eval.teacher_forced
+    records, cfg = preset_records("table1_tiny", [f"paths.cache_dir={a.cache}"])
+    max_length = int(cfg.eval.teacher_forced.max_length)
     print("| seed | " + " | ".join(f"{k} (base / Table 1)" for k in KEYS) + " | same |")
     print("|---|" + "---|" * (len(KEYS) + 1))
     bad = []
     for s in seeds:
-        mine, stored = base_heldout(a.outputs, s, records), stored_heldout(a.store, s)
+        mine, stored = base_heldout(a.outputs, s, records, max_length), stored_heldout(a.store, s)
         same, _ = compare(mine, stored, a.tol)
         bad += [] if same else [s]
         print(f"| {s} | " + " | ".join(f"{mine[k]:.6f} / {float(stored[k]):.6f}" for k in KEYS)

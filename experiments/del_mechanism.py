@@ -26,14 +26,13 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
-def heldout_records(n: int = 200, cache: Path = REPO / "data_cache", difficulty: str | None = None) -> list[dict]:
-    """The synthetic test split's first ``n`` CoT solutions (``difficulty``: a variant's test split, e.g.
-    ``long3`` for the pretrained start's target task)."""
-    from numlearn.data.sources import read_records
-    from numlearn.data.synthetic import ensure_synthetic
+def heldout_records(experiment: str = "table1_tiny", n: int = 200, cache: Path = REPO / "data_cache"):
+    """The first ``n`` held-out solutions a preset's result files are measured on (its
+    ``eval.teacher_forced``: the synthetic test split of its ``data.difficulty``, e.g. ``long3`` for
+    ``pretrained_tiny``) and the preset's composed config."""
+    from numlearn.evaluation.teacher_forced import preset_records
 
-    path = ensure_synthetic(cache, 0, n, 0, 0, difficulty=difficulty)["test"]
-    return [{"instruction": r["question"], "output": r["cot"]} for r in read_records(path)]
+    return preset_records(experiment, [f"eval.teacher_forced.n={n}", f"paths.cache_dir={cache}"])
 
 
 def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, batch_size: int = 32) -> dict:
@@ -97,11 +96,12 @@ def training_history(run_dir: Path) -> dict:
             "digit_logit": {f"{int(f * 100)}%": at(logit, f) for f in (0.0, 0.1, 0.5, 1.0)} if logit else None}
 
 
-def data_place_weights(data_dir: Path, n_synthetic: int = 20000, difficulty: str | None = None,
-                       n_variant: int = 5000, cache: Path = REPO / "data_cache") -> dict:
+def data_place_weights(data_dir: Path, n_synthetic: int, difficulty: str | None = None,
+                       n_variant: int | None = None, cache: Path = REPO / "data_cache") -> dict:
     """Mean DEL place weight per digit of each training set's responses, from the text (one token
     per character: the spans and weights are those of any tokenizer with single-digit tokens); with
-    ``difficulty``, that variant's training split too (its first ``n_variant``: the pretrained start's)."""
+    ``difficulty``, that variant's training split too. ``n_synthetic`` and ``n_variant``: the training
+    sets' sizes (the presets' ``data.n_train``; ``main`` reads them from the composed configs)."""
     from numlearn.data.sources import convert_record, read_records
     from numlearn.losses import DigitVocab, number_spans
 
@@ -187,14 +187,26 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--data-dir", type=Path, default=REPO / "data")
     ap.add_argument("--n", type=int, default=200, help="held-out test solutions")
+    ap.add_argument("--cache", type=Path, default=REPO / "data_cache", help="where the synthetic splits are generated")
+    ap.add_argument("--experiment", default=None,
+                    help="the preset whose held-out solutions (eval.teacher_forced) and training data are measured "
+                         "(default: table1_tiny; pretrained_tiny with --difficulty)")
     ap.add_argument("--difficulty", default=None,
-                    help="teacher force on this synthetic variant's test split (long3: the pretrained start's task)")
+                    help="the synthetic variant the runs fine-tuned on (long3: the pretrained start's task); checked "
+                         "against the experiment's data.difficulty")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     from numlearn.provenance import provenance
     from numlearn.records import RunRecord
 
-    records = heldout_records(a.n, difficulty=a.difficulty)
+    experiment = a.experiment or ("pretrained_tiny" if a.difficulty else "table1_tiny")
+    records, cfg = heldout_records(experiment, a.n, a.cache)
+    difficulty = cfg.data.get("difficulty")
+    if a.difficulty and a.difficulty != difficulty:
+        print(f"del_mechanism: error: --difficulty {a.difficulty}, but experiment={experiment} trains on "
+              f"data.difficulty={difficulty}: pass the --experiment whose task it is", file=sys.stderr)
+        return 2
+    max_length = int(cfg.eval.teacher_forced.max_length)
     runs: dict[str, list[dict]] = {}
     for spec in a.run:  # NAME=DIR[,DIR...]; a name given several run dirs (seeds) is averaged over them
         name, _, paths = spec.partition("=")
@@ -204,17 +216,20 @@ def main(argv=None) -> int:
                 print(f"del_mechanism: error: {d}/final does not exist: train the run first", file=sys.stderr)
                 return 2
             runs.setdefault(name, []).append(
-                {"run_dir": str(d), **measure_model(d, records), "history": training_history(d),
+                {"run_dir": str(d), **measure_model(d, records, max_length), "history": training_history(d),
                  "run_json": {k: RunRecord.of_run_dir(d).to_dict().get(k)
                               for k in ("loss", "loss_tag", "alpha", "seed", "recipe_sha")}})
             print(f"[del_mechanism] {name} {d.name}: done", file=sys.stderr, flush=True)
     summary = {name: _summarise(rs) for name, rs in runs.items()}
-    data = data_place_weights(a.data_dir, difficulty=a.difficulty)
+    # the training sets' sizes as the presets read them: Table 1's (the base task) and, for a variant, this preset's
+    _, t1 = heldout_records("table1_tiny", 1, a.cache)
+    data = data_place_weights(a.data_dir, n_synthetic=int(t1.data.n_train), difficulty=difficulty,
+                              n_variant=int(cfg.data.n_train), cache=a.cache)
     prov = provenance()
     res = {"command": "python experiments/del_mechanism.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "provenance": prov,
            "machine": f"{platform.platform()}, {torch.get_num_threads()} thread(s)",
-           "heldout": {"split": "test", "difficulty": a.difficulty, "n": a.n}, "runs": runs,
+           "heldout": {"experiment": experiment, "split": "test", "difficulty": difficulty, "n": a.n}, "runs": runs,
            "summary": summary, "data": data}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "mechanism.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
@@ -222,7 +237,7 @@ def main(argv=None) -> int:
     lines = ["<!-- generated by experiments/del_mechanism.py; do not edit by hand -->",
              f"- command: `{res['command']}`", f"- date: {res['date']}", f"- git: {git}",
              f"- machine: {res['machine']}",
-             f"- held-out solutions: synthetic test split{', ' + a.difficulty if a.difficulty else ''}, first {a.n}", "",
+             f"- held-out solutions: synthetic test split{', ' + difficulty if difficulty else ''}, first {a.n}", "",
              "## Where one step of the DEL term lowers the target's probability (teacher forced, held-out)", "",
              "Mean over the seeds given [95 % seed-bootstrap interval, with 2+ seeds]; one trained model per seed.", "",
              "| model | seeds | target prob | digit entropy | mean digit logit | digit share of softmax "

@@ -305,24 +305,30 @@ def test_selected_none_adds_no_chosen_weights(tmp_path, monkeypatch):
     assert pipeline.selected_rows(None) == []
 
 
-def test_the_mechanism_script_reads_the_variants_heldout_solutions(tmp_path):
-    """experiments/del_mechanism.py --difficulty long3 teacher forces on the long3 test split (the
-    pretrained start's task), not the base task's, which stays its default."""
+def test_the_mechanism_script_reads_the_presets_heldout_solutions(tmp_path, capsys):
+    """experiments/del_mechanism.py measures on the records a preset's result files use
+    (eval.teacher_forced): pretrained_tiny's are the long3 test split (the pretrained start's task),
+    table1_tiny's the base task's; the variant's training-set size is the preset's data.n_train, not
+    a number of the script's; a --difficulty the preset does not train on is refused."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("del_mech", Path(__file__).resolve().parents[1] / "experiments"
                                                   / "del_mechanism.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    long3 = mod.heldout_records(3, cache=tmp_path, difficulty="long3")
-    base = mod.heldout_records(3, cache=tmp_path)
+    long3, cfg = mod.heldout_records("pretrained_tiny", 3, cache=tmp_path)
+    base, t1 = mod.heldout_records("table1_tiny", 3, cache=tmp_path)
     assert [r["instruction"] for r in long3] == [p.question for p in synthetic.generate("test", 3, 0, variant="long3")]
     assert [r["output"] for r in base] == [p.cot for p in synthetic.generate("test", 3, 0)]
     assert long3 != base
+    assert (cfg.data.difficulty, int(cfg.data.n_train), int(t1.data.n_train)) == ("long3", 5000, 20000)
     # the variant's training data: three-digit operands carry more place weight per digit than the base task's
     w = mod.data_place_weights(tmp_path / "none", n_synthetic=300, difficulty="long3", n_variant=300, cache=tmp_path)
     assert set(w) == {"synthetic (train, CoT)", "synthetic long3 (train, CoT)"}
     assert w["synthetic long3 (train, CoT)"]["mean_place_weight"] > w["synthetic (train, CoT)"]["mean_place_weight"]
+    assert mod.main(["--experiment", "table1_tiny", "--difficulty", "long3", "--out", str(tmp_path / "o"),
+                     "--cache", str(tmp_path)]) == 2
+    assert "data.difficulty=None" in capsys.readouterr().err
 
 
 def test_check_bases_says_whether_a_base_is_table_1s_model(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The embedded default tokenizer: byte-level BPE fitted to the synthetic corpus, with every
+r"""The embedded default tokenizer: byte-level BPE fitted to the synthetic corpus, with every
 digit its own token and a bare "." token (as in the paper's model families).
 
 ``digits="chunk3"`` instead groups digits the way Llama-3 does: each run of digits is cut left to
