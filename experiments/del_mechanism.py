@@ -44,7 +44,7 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
 
     final = run_dir / "final"
     tok = AutoTokenizer.from_pretrained(final)
-    model = AutoModelForCausalLM.from_pretrained(final, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32).eval()
     vocab = digit_token_ids(tok)
     feats, _ = tokenize_records(records, tok, max_length)
     coll = PadCollator(tok.pad_token_id)
