@@ -322,6 +322,8 @@ def test_the_mechanism_script_reads_the_presets_heldout_solutions(tmp_path, caps
     assert [r["output"] for r in base] == [p.cot for p in synthetic.generate("test", 3, 0)]
     assert long3 != base
     assert (cfg.data.difficulty, int(cfg.data.n_train), int(t1.data.n_train)) == ("long3", 5000, 20000)
+    smol, scfg = mod.heldout_records("smollm2_synthetic", cache=tmp_path)  # n: the preset's own (its result files')
+    assert len(smol) == int(scfg.eval.teacher_forced.n) == 100
     # the variant's training data: three-digit operands carry more place weight per digit than the base task's
     w = mod.data_place_weights(tmp_path / "none", n_synthetic=300, difficulty="long3", n_variant=300, cache=tmp_path)
     assert set(w) == {"synthetic (train, CoT)", "synthetic long3 (train, CoT)"}
