@@ -222,7 +222,9 @@ def main(argv=None) -> int:
             print(f"[del_mechanism] {name} {d.name}: done", file=sys.stderr, flush=True)
     summary = {name: _summarise(rs) for name, rs in runs.items()}
     # the training sets' sizes as the presets read them: Table 1's (the base task) and, for a variant, this preset's
-    _, t1 = heldout_records("table1_tiny", 1, a.cache)
+    from numlearn.evaluation.teacher_forced import preset_config
+
+    t1 = preset_config("table1_tiny", [f"paths.cache_dir={a.cache}"])
     data = data_place_weights(a.data_dir, n_synthetic=int(t1.data.n_train), difficulty=difficulty,
                               n_variant=int(cfg.data.n_train), cache=a.cache)
     prov = provenance()
