@@ -67,6 +67,13 @@ def test_numbers_must_be_values_of_the_named_files(root):
     assert "97.4" in p.message and p.line == 2
     bad = check_text(_doc("DEL is -40.8 [-52.2, -30.4] points below MLE.\n"), root)  # a hand-copy typo
     assert any("not written in the tables" in p.message for p in bad)
+    # a unit between the estimate and its interval: checked as the cell without it, so a wrong estimate
+    # that happens to round to some other value of the files is still caught
+    (tmp := root / "results" / "t" / "w.md").write_text("| x | 9.0 [8.7, 9.3] |\n| y | 9.1 |\n", encoding="utf-8")
+    assert check_text(_doc("lowers it at 9.0 % [8.7, 9.3] of positions\n"), root) == []
+    bad = check_text(_doc("lowers it at 9.1 % [8.7, 9.3] of positions\n"), root)
+    assert [p.message for p in bad] == ["'9.1 % [8.7, 9.3]' is not written in the tables of results/t"]
+    tmp.unlink()
     assert check_text(_doc("Qwen2.5-1.5B, `0.123` in code, [link](x/1.23.md)\n"), root) == []
 
 

@@ -10,7 +10,8 @@ Two markers, both HTML comments (invisible on a code host):
   the rest of the document (outside include blocks, code fences and inline code) must be a value of
   one of those files or folders (``.md``, ``.csv``, ``.json``, not recursing into the result store),
   at the precision it is written with; a fraction may be written as a percentage; an estimate with
-  its interval, ``+9.3 [+3.4, +14.3]``, must be written so in one of the Markdown tables. A number
+  its interval, ``+9.3 [+3.4, +14.3]`` (or ``9.0 % [8.7, 9.3]``), must be written so, less the unit,
+  in one of the Markdown tables. A number
   that is not there is reported with its line. The check runs from the marker to
   ``<!-- /numbers-from -->`` or the end of the document (a page may hold several such regions, so
   configuration values and versions outside them are not mistaken for results).
@@ -36,7 +37,8 @@ FENCE = re.compile(r"```.*?```", re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 COMMENT = re.compile(r"<!--.*?-->", re.S)
-INTERVAL = re.compile(r"[-+]?\d+(?:\.\d+)? \[[-+]?\d+(?:\.\d+)?, [-+]?\d+(?:\.\d+)?\]")
+# an estimate and its interval; a unit between them (``9.0 % [8.7, 9.3]``) is not in the table's cell
+INTERVAL = re.compile(r"(?P<est>[-+]?\d+(?:\.\d+)?)(?: ?%)? (?P<ci>\[[-+]?\d+(?:\.\d+)?, [-+]?\d+(?:\.\d+)?\])")
 DECIMAL = re.compile(r"(?<![\w.^/-])[-+−]?\d[\d,]*\.\d+(?![\d.])(?![BMK]\b)")  # not 2.5 of Qwen2.5, 1.5B
 SKIP_DIRS = {"runs", "archive"}
 SOURCE_SUFFIXES = {".md", ".csv", ".json"}
@@ -172,7 +174,7 @@ def check_text(text: str, root: Path, doc: str = "<doc>", doc_dir: str = ".") ->
         start, end = decl.span("region")
         region = masked[start:end]
         for m in INTERVAL.finditer(region):  # an estimate with its interval is one string of a table, verbatim
-            if m.group(0) not in tables:
+            if f"{m.group('est')} {m.group('ci')}" not in tables:
                 line = masked[:start + m.start()].count("\n") + 1
                 problems.append(Problem(doc, line, f"{m.group(0)!r} is not written in the tables of {srcs}"))
         for m in DECIMAL.finditer(region):
