@@ -49,7 +49,7 @@ def test_pre_shifted_labels_give_the_unshifted_loss(char_tokenizer, name):
     got = fn(logits, shift_targets(b["labels"]), labels_shifted=True)
     torch.testing.assert_close(got.loss, ref.loss)
     wrong = fn(logits, shift_targets(b["labels"]))  # the convention mixed up: another objective
-    assert abs(float(wrong.loss) - float(ref.loss)) > 1e-3
+    assert abs(float(wrong.loss.detach()) - float(ref.loss.detach())) > 1e-3
     if name in ("ntl", "dist2", "del"):
         h, w = torch.randn(*b["labels"].shape, 8), torch.randn(len(char_tokenizer), 8)
         torch.testing.assert_close(fn.from_hidden(h, w, shift_targets(b["labels"]), labels_shifted=True).loss,
@@ -295,7 +295,7 @@ def test_eval_loss_uses_the_eval_batch_counts(char_tokenizer, tmp_path):
     b = _collate(char_tokenizer.pad_token_id)([eval_ds[i] for i in range(4)])
     with torch.no_grad():
         direct = fn(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"])
-    assert before == pytest.approx(float(direct.loss), rel=1e-5)
+    assert before == pytest.approx(float(direct.loss.detach()), rel=1e-5)
 
 
 # -- item 9: a raw tokenizers.Tokenizer ---------------------------------------------------------
