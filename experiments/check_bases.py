@@ -7,7 +7,8 @@ where ``outputs/`` lacks it. This scores each base's ``final/`` teacher forced o
 split's first 200 solutions -- the records Table 1's ``eval.teacher_forced`` names
 (``preset_records``), whose metrics every Table 1 result file records under ``run.heldout`` -- and
 compares them with the committed Table 1 MLE result of that seed. Equal to the printed precision
-means the fine-tunes start from the model whose accuracy Table 1 reports; a difference says the base was retrained into another model (another machine, library or code).
+means the fine-tunes start from the model whose accuracy Table 1 reports; a difference says the base
+was retrained into another model (another machine, library or code).
 Exit status 1 when any seed differs by more than ``--tol``.
 """
 

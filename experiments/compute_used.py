@@ -15,24 +15,29 @@ table says which experiments it found.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 
 def run_cost(run_dir: Path) -> dict:
-    """One run dir's training and evaluation core-seconds, and how many result files it holds."""
-    meta = json.loads((run_dir / "run.json").read_text())
-    threads = int((meta.get("environment") or {}).get("torch_threads") or 1)
-    train = float(meta.get("train_runtime_s") or 0.0) * threads
+    """One run dir's training and evaluation core-seconds, and how many result files it holds; read
+    through ``numlearn.records`` (a malformed file raises ``BadRecord``, naming it)."""
+    from numlearn.records import ResultRecord, RunRecord
+
+    run = RunRecord.of_run_dir(run_dir)
+    train = float(run.extra.get("train_runtime_s") or 0.0) * _threads(run.extra)
     evals, n = 0.0, 0
     for f in sorted((run_dir / "eval").rglob("result.json")) if (run_dir / "eval").is_dir() else []:
-        res = json.loads(f.read_text())
-        evals += float(res.get("wall_seconds") or 0.0) * int((res.get("environment") or {}).get("torch_threads") or 1)
+        res = ResultRecord.read(f)
+        evals += float(res.extra.get("wall_seconds") or 0.0) * _threads(res.extra)
         n += 1
-    return {"experiment": meta.get("experiment") or "?", "complete": meta.get("status") == "complete",
+    return {"experiment": run.experiment or "?", "complete": run.status == "complete",
             "train_core_s": train, "eval_core_s": evals, "n_results": n}
+
+
+def _threads(record_extra: dict) -> int:
+    return int((record_extra.get("environment") or {}).get("torch_threads") or 1)
 
 
 def table(roots: list[Path]) -> list[dict]:
@@ -56,14 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("roots", nargs="+", type=Path, help="output roots (e.g. outputs/) to search for run dirs")
     a = ap.parse_args(argv)
+    from numlearn.records import BadRecord
+
     try:
         rows = table(a.roots)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, BadRecord) as e:
         print(f"compute_used: error: {e}", file=sys.stderr)
         return 2
     print("| experiment | run dirs | incomplete | result files | training (core-h) | evaluation (core-h) | total (core-h) |")
     print("|---|---|---|---|---|---|---|")
-    for r in rows + [{"experiment": "all", **{k: sum(x[k] for x in rows) for k in rows[0] if k != "experiment"}}] * bool(rows):
+    if rows:
+        rows.append({"experiment": "all", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "experiment"}})
+    for r in rows:
         t, e = r["train_core_s"] / 3600, r["eval_core_s"] / 3600
         print(f"| {r['experiment']} | {r['runs']} | {r['incomplete']} | {r['results']} | {t:.2f} | {e:.2f} | {t + e:.2f} |")
     return 0

@@ -19,7 +19,8 @@ def _run(d: Path, exp: str, train_s: float, threads: int, evals: list[tuple[floa
     for i, (s, t) in enumerate(evals):
         f = d / "eval" / f"b{i}" / "cot" / "result.json"
         f.parent.mkdir(parents=True)
-        f.write_text(json.dumps({"wall_seconds": s, "environment": {"torch_threads": t}}))
+        f.write_text(json.dumps({"wall_seconds": s, "environment": {"torch_threads": t}, "mode": "cot",
+                                 "benchmark": {"name": f"b{i}"}, "metrics": {"accuracy": 0.5, "n": 2}}))
 
 
 def test_core_hours_sum_wall_time_times_threads_per_experiment(tmp_path, capsys):
@@ -37,3 +38,8 @@ def test_core_hours_sum_wall_time_times_threads_per_experiment(tmp_path, capsys)
     assert "| a | 2 | 1 | 2 | 2.00 | 0.60 | 2.60 |" in out and "| all | 3 | 1 | 3 | 4.00 | 0.61 | 4.61 |" in out
     assert mod.main([str(tmp_path / "missing")]) == 2
     assert "no such output root" in capsys.readouterr().err
+    # a malformed record is named, not a traceback
+    (tmp_path / "p" / "b" / "seed=0" / "run.json").write_text('{"experiment": "b", "status": "runn')
+    assert mod.main([str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "compute_used: error:" in err and "seed=0/run.json" in err and "not a readable run record" in err
