@@ -54,13 +54,42 @@ def test_low_raw_logits_make_the_code_form_push_the_target_down():
     assert paper > 0 and target_push(z + 10, y, "paper").item() == pytest.approx(paper, rel=1e-6)
 
 
-@pytest.mark.parametrize("form", ["code", "paper"])
+@pytest.mark.parametrize("form", ["code", "paper", "binary_entropy", "digit_ce"])
 @pytest.mark.parametrize("shift", [-12.0, 0.0, 7.0])
 def test_closed_form_equals_the_losss_own_gradient(form, shift):
     torch.manual_seed(0)
     z = torch.randn(64, 10) * 3 + shift
     y = torch.randint(0, 10, (64,))
     torch.testing.assert_close(del_digit_gradient(z, y, form), _autograd(z, y, form), rtol=1e-5, atol=1e-7)
+
+
+def test_the_control_readings_by_hand():
+    """z = 0, y = 0 (p_y = 0.1). digit_ce: g_y = 0.1 - 1 = -0.9, g_k = 0.1. binary entropy:
+    c = ln(0.9 / 0.1) - 0.1 = 2.0972, g_y = c * 0.1 * 0.9 = +0.18875, g_k = c * 0.1 * (0 - 0.1) = -0.020972:
+    descent lowers the target's logit -- eq. 8 read literally pushes a 10 % target down."""
+    z, y = torch.zeros(1, 10), torch.tensor([0])
+    ce, be = del_digit_gradient(z, y, "digit_ce")[0], del_digit_gradient(z, y, "binary_entropy")[0]
+    assert ce[0].item() == pytest.approx(-0.9) and ce[1:].tolist() == pytest.approx([0.1] * 9)
+    c = math.log(9) - 0.1
+    assert be[0].item() == pytest.approx(c * 0.09, rel=1e-6) and be[1:].tolist() == pytest.approx([-c * 0.01] * 9)
+    assert target_push(z, y, "binary_entropy").item() < 0 < target_push(z, y, "digit_ce").item()
+
+
+def test_binary_entropy_lowers_the_target_below_0_475_under_any_digit_mass():
+    """Its push is -c p_y ((1 - p_y) - q (p_y - sum p^2)), c = ln((1 - p_y)/p_y) - 0.1: negative exactly
+    where p_y < 1 / (1 + e^0.1) = 0.47502, whatever q; digit_ce and the paper form raise it everywhere."""
+    torch.manual_seed(3)
+    z = torch.randn(4000, 10, dtype=torch.float64) * 4
+    y = torch.randint(0, 10, (4000,))
+    p_y = torch.softmax(z, -1).gather(1, y[:, None])[:, 0]
+    edge = 1 / (1 + math.exp(0.1))
+    assert edge == pytest.approx(0.47502, abs=1e-5)
+    keep = (p_y - edge).abs() > 1e-6
+    for q in (1.0, 0.3, 0.01):
+        push = target_push(z, y, "binary_entropy", q)
+        assert torch.equal((push < 0)[keep], (p_y < edge)[keep])
+        assert (target_push(z, y, "digit_ce", q) > 0).all()
+    assert ((p_y < edge) & keep).sum() > 100 and ((p_y > edge) & keep).sum() > 100
 
 
 def test_the_paper_form_never_lowers_the_target_and_ignores_shifts():
@@ -84,7 +113,7 @@ def test_target_push_is_the_first_order_change_of_the_full_vocabulary_probabilit
     zd = full[:, :10]
     q = torch.softmax(full, -1)[:, :10].sum(-1)
     eta = 1e-6
-    for form in ("code", "paper"):
+    for form in ("code", "paper", "binary_entropy", "digit_ce"):
         g = del_digit_gradient(zd, y, form)
         moved = full.clone()
         moved[:, :10] -= eta * g

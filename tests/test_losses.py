@@ -221,6 +221,32 @@ def test_del_code_and_paper_values():
     assert out.aux.item() == pytest.approx(0.01 / 10 * math.log(2), rel=1e-6)
 
 
+def test_del_binary_entropy_and_digit_ce_values():
+    """The two control readings (issue 40) at p_y = 0.1, w = 2 (units): binary entropy
+    H_b(0.1) = -(0.1 ln 0.1 + 0.9 ln 0.9) = 0.325083 plus the linear 0.9 / 10; digit CE ln 10 alone."""
+    logits, labels = _uniform_case()
+    h_b = -(0.1 * math.log(0.1) + 0.9 * math.log(0.9))
+    assert h_b == pytest.approx(0.325083, rel=1e-5)
+    out = DELLoss(VOCAB, alpha=0.01, form="binary_entropy")(logits, labels)
+    assert out.aux.item() == pytest.approx(0.01 * 2 * (h_b + 0.09), rel=1e-6)
+    out = DELLoss(VOCAB, alpha=0.01, form="digit_ce")(logits, labels)
+    assert out.aux.item() == pytest.approx(0.01 * 2 * math.log(10), rel=1e-6)
+    out = DELLoss(VOCAB, alpha=0.01, form="digit_ce", place_weights="none")(logits, labels)
+    assert out.aux.item() == pytest.approx(0.01 * math.log(10), rel=1e-6)
+    with pytest.raises(ValueError, match="binary_entropy"):
+        DELLoss(VOCAB, alpha=0.01, form="entropy")
+
+
+def test_del_binary_entropy_at_a_confident_target():
+    """p_y = 3/4 (z_y = ln 27, nine others 0 -> 27 / 36): H_b(3/4) = 0.562335, off-target mass 1/4."""
+    logits = torch.zeros(1, 2, V)
+    logits[0, 0, 1] = math.log(27)
+    labels = _labels([IGNORE_INDEX, 1])
+    h_b = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    out = DELLoss(VOCAB, alpha=1.0, form="binary_entropy", place_weights="none")(logits, labels)
+    assert out.aux.item() == pytest.approx(h_b + 0.025, rel=1e-6)
+
+
 def test_del_hand_example_nonuniform():
     # one digit target y=1 with digit logits z = [0, ln 3, 0, ..., 0]  ->  p[1] = 3/12, others 1/12
     logits = torch.zeros(1, 2, V)
@@ -329,6 +355,8 @@ def test_mixce_official_is_scalar_ce_times_token_count(char_tokenizer):
 @pytest.mark.parametrize("name,kw", [("mle", {}), ("ntl", {"alpha": 0.3}), ("ntl", {"alpha": 1.0, "variant": "mse"}),
                                      ("dist2", {"alpha": 0.5}), ("del", {"alpha": 0.7}),
                                      ("del", {"form": "paper", "alpha": 0.2}),
+                                     ("del", {"form": "binary_entropy", "alpha": 0.3}),
+                                     ("del", {"form": "digit_ce", "alpha": 0.4}),
                                      ("del", {"alpha": 1.0, "float_spans": False})])
 def test_fused_gradient_equals_plain_autograd(char_tokenizer, name, kw):
     torch.manual_seed(1)
@@ -369,7 +397,7 @@ def test_extreme_logits_are_nan_free(char_tokenizer, name):
     logits[1, :, 7] = 3e4
     logits.requires_grad_()
     labels = torch.tensor([[1, 2, 3, 10, 4, 5], [9, 9, 9, 9, 9, 9]])
-    for form in (["code", "paper"] if name == "del" else [None]):
+    for form in (["code", "paper", "binary_entropy", "digit_ce"] if name == "del" else [None]):
         kw = {"alpha": 1.0} if name in ("ntl", "dist2", "del") else {}
         if form:
             kw["form"] = form

@@ -62,6 +62,11 @@ SWEEP_GRID = {"del": (0.01, 0.1, 0.32, 1.28, 2.56), "ntl": (0.1, 1.0, 3.2, 12.8,
 # the official effective weight; each form again at the weight its validation sweep chooses, on a grid
 # that reaches below the Table 1 sweep's lowest point (0.01, where that sweep chose).
 ABLATION_ROWS = ("mle", "del", "del_paper", "del_nopw", "mixce", "emo")
+# Controls for what the paper form's gain means (issue 40), 8 seeds each on the same recipe: digit-CE
+# upweighting alone (the paper form less its linear term) at both of the paper form's weights (1.28, the
+# official; 0.32, its validation choice), the same without place weights, and eq. 8 read literally (the
+# binary entropy of p(y)). Fixed weights, chosen before any of them ran: the paper form's.
+ABLATION_CONTROLS = ("del_ce:1.28", "del_ce:0.32", "del_ce_nopw:0.32", "del_bent:0.32")
 ABLATION_GRID = {"del": (0.001, 0.003, 0.01, 0.1, 0.32, 1.28, 2.56), "del_paper": (0.001, 0.01, 0.1, 0.32, 1.28)}
 ABLATION_OUT = Path("results/ablation_tiny")
 # Tokenizers that group digits (issue 28), on the Table 1 recipe and store: the tiny model with a tokenizer
@@ -722,7 +727,7 @@ def ablation(a, seeds: list[int], live) -> int:
     validation split (stops while a point lacks a seed); (3) the chosen weights' rows on every seed,
     then the tables into ``--out``."""
     sweep_seeds = parse_seeds(a.sweep_seeds)
-    rows = [Row(r) for r in ABLATION_ROWS]
+    rows = [Row(r) for r in ABLATION_ROWS] + [Row.parse(r) for r in ABLATION_CONTROLS]
     grid_rows = [Row("mle")] + [Row(loss, x) for loss, xs in ABLATION_GRID.items() for x in xs]
     common = dict(experiment=a.experiment, store=a.store, outputs=a.outputs, reuse=a.reuse, say=_say)
     jobs = plan([Request(tuple(rows), tuple(seeds)), Request(tuple(grid_rows), tuple(sweep_seeds), (VAL_EVAL,))],

@@ -14,6 +14,7 @@ from .digits import DigitVocab
 from .spans import IGNORE_INDEX, DigitTargets, to_targets
 
 PLACE_WEIGHTS = ("official", "none")
+DEL_FORMS = ("code", "paper", "binary_entropy", "digit_ce")
 NTL_LEVELS = ("digit", "number")
 
 
@@ -156,8 +157,16 @@ class DELLoss(DigitLoss):
 
         DEL = alpha / (10 N) * sum_i w_i * sum_k p[i,k] * b[i,k]
 
-    form="paper": one reading of the paper's equations 7-9, whose text is ambiguous:
-    ``w_i * (-log p[i,y] + (1/10) * sum_{k != y} p[i,k])`` averaged over digit targets, times alpha.
+    form="paper": one reading of the paper's equations 7-9, whose text is ambiguous (eq. 9:
+    ``H = BCE(p(g), 1) = -log p(g)``): ``w_i * (-log p[i,y] + (1/10) * sum_{k != y} p[i,k])``
+    averaged over digit targets, times alpha.
+
+    Two more readings, as controls for what the paper form's gain means (docs/method.md, "Readings"):
+    form="binary_entropy": eq. 8 taken literally, the binary entropy of ``p[i,y]`` in place of
+    ``-log p[i,y]``: ``w_i * (H_b(p[i,y]) + (1/10) * sum_{k != y} p[i,k])``; its gradient lowers
+    ``p[i,y]`` wherever ``log((1 - p)/p) > 1/10`` (p below ~0.475).
+    form="digit_ce": the paper form without its bounded linear term -- place-weighted digit-softmax CE
+    ``w_i * -log p[i,y]``: plain digit-upweighted CE, the control for DEL-specific effects.
 
     Place weights (``place_weights="official"``): ``2r`` for integer digits, ``1.02^-(k+1)`` for
     the k-th position after the decimal point (``float_spans=True``); with ``float_spans=False``
@@ -174,8 +183,8 @@ class DELLoss(DigitLoss):
                  aux_normalization: str = "step", ce_normalization: str = "token") -> None:
         super().__init__(vocab, alpha, aux_normalization, float_spans=float_spans,
                          ce_normalization=ce_normalization)
-        if form not in ("code", "paper"):
-            raise ValueError(f"DEL form={form!r}; choose 'code' or 'paper'")
+        if form not in DEL_FORMS:
+            raise ValueError(f"DEL form={form!r}; choose one of {DEL_FORMS}")
         if place_weights not in PLACE_WEIGHTS:
             raise ValueError(f"place_weights={place_weights!r}; choose one of {PLACE_WEIGHTS}")
         self.form, self.place_weights = form, place_weights
@@ -188,9 +197,16 @@ class DELLoss(DigitLoss):
         if self.form == "code":
             bce = F.softplus(zd) - onehot * zd  # = BCE(sigmoid(z), onehot), stable for any z
             return w * (p * bce).sum(-1) / 10.0
-        nll = -(logp * onehot).sum(-1)
+        logp_y = (logp * onehot).sum(-1)
+        if self.form == "digit_ce":
+            return -w * logp_y
         off_target = (p * (1.0 - onehot)).sum(-1)
-        return w * (nll + off_target / 10.0)
+        if self.form == "paper":
+            return w * (off_target / 10.0 - logp_y)
+        # binary_entropy: log(1 - p_y) from the off-target logits (stable where p_y -> 1)
+        log_off = torch.logsumexp(logp.masked_fill(onehot.bool(), float("-inf")), dim=-1)
+        h_b = -(logp_y.exp() * logp_y + off_target * log_off)
+        return w * (h_b + off_target / 10.0)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, form={self.form!r}, place_weights={self.place_weights!r}")
