@@ -13,7 +13,8 @@ export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
 help: ## Show the targets
-	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+	@c=$$( [ -t 1 ] && printf '\033[36m' ); r=$$( [ -t 1 ] && printf '\033[0m' ); \
+	grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' -v c="$$c" -v r="$$r" '{printf "  %s%-18s%s %s\n", c, $$1, r, $$2}'
 
 ENV_TOOL = $(PYTHON) tools/env.py
 # torch first (the CUDA build where nvidia-smi answers, else the CPU build), then the lock: tools/env.py
@@ -96,8 +97,23 @@ TABLE1_SEEDS ?= $(SEEDS)
 TABLE1_OUT ?= results/table1_tiny
 PIPELINE = $(PY) -m numlearn.pipeline
 REUSE_FLAG = $(if $(filter 1,$(REUSE)),--reuse)
-reproduce-table1: setup ## Embedded default Table 1: train MLE/NTL/DIST2/DEL (+ the sweep's chosen weights) on the tiny model, evaluate, publish, aggregate (SEEDS=n, JOBS=n, REUSE=1)
+# What a user runs: everything under outputs/ (run dirs, the user's own store outputs/store, the tables
+# outputs/table1_tiny/tables), compared file by file with the committed store, which it never writes; its
+# last line says whether each seed reproduced it. ARGS: more pipeline flags (e.g. --override train.max_steps=30).
+REPRO_STORE ?= outputs/store
+REPRO_OUT ?= outputs/table1_tiny/tables
+ARGS ?=
+reproduce-table1: setup ## Embedded default Table 1 into outputs/ (train MLE/NTL/DIST2/DEL + the sweep's chosen weights, evaluate, aggregate), compared with the committed store (SEEDS=n, JOBS=n, REUSE=1)
+	$(PIPELINE) table1 --seeds $(SEEDS) --jobs $(JOBS) --store $(REPRO_STORE) --out $(REPRO_OUT) --compare-with results/runs --command "make reproduce-table1 SEEDS=$(SEEDS)" $(REUSE_FLAG) $(ARGS)
+
+# Maintainers: extend the committed evidence. Trains what results/runs lacks (REUSE=1), publishes into it and
+# rewrites results/table1_tiny; then `make docs` and commit both.
+table1-publish: setup ## Maintainers: Table 1 rows into the committed store results/runs and results/table1_tiny (SEEDS=8 REUSE=1)
 	$(PIPELINE) table1 --seeds $(SEEDS) --jobs $(JOBS) $(REUSE_FLAG)
+
+# The whole pipeline shrunken (2 rows, 40 steps, 10 problems a benchmark) in a temporary directory: ~2 min
+smoke: setup ## Train -> evaluate -> store -> table on 2 rows, 40 steps, 10 problems, in a temp dir (~2 min); prints what to expect
+	$(PIPELINE) smoke --jobs 2
 
 table1-tables: setup ## Table 1's tables from the store only, no training (TABLE1_SEEDS=8 | 3-7 | 0,1,2; TABLE1_OUT=dir)
 	$(PIPELINE) tables --seeds $(TABLE1_SEEDS) --out $(TABLE1_OUT) --command "make table1-tables TABLE1_SEEDS=$(TABLE1_SEEDS) TABLE1_OUT=$(TABLE1_OUT)"
@@ -166,4 +182,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean

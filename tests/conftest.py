@@ -39,9 +39,50 @@ TOKENIZERS = Path(os.environ.get("NUMLEARN_ASSETS_DIR") or
 
 def _need(path: Path, what: str):
     if not path.exists():
-        pytest.skip(f"{what} not found at {path}: run `make data` / `make assets` (with NUMLEARN_DATA_MIRROR / "
-                    "NUMLEARN_ASSETS_MIRROR offline), or set NUMLEARN_DATA_DIR / NUMLEARN_ASSETS_DIR")
+        fix = "`make data` (the benchmark files)" if "data" in what else "`make assets` (the offline tokenizers)"
+        pytest.skip(f"{what} not found: run {fix}, or point NUMLEARN_DATA_DIR / NUMLEARN_ASSETS_DIR at a copy")
     return path
+
+
+# -- hermetic: nothing a test does lands in the checkout's outputs/ or results/ ------------------------
+# Every run dir a test's composed config or subprocess names goes to a temporary output root (the config's
+# paths.output_dir reads NUMLEARN_OUTPUT_DIR), and the session fails if the checkout's results/ (tracked or
+# not) or outputs/ changed while it ran: a user's runs and the committed evidence are never a test's fixture.
+_OUTPUT_ROOT = Path(__import__("tempfile").mkdtemp(prefix="numlearn-test-outputs-"))
+os.environ["NUMLEARN_OUTPUT_DIR"] = str(_OUTPUT_ROOT)
+
+
+def _checkout_state() -> dict | None:
+    import shutil
+    import subprocess
+
+    if not (REPO / ".git").exists() or shutil.which("git") is None:
+        return None
+    r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "results"], cwd=REPO,
+                       capture_output=True, text=True)
+    outputs = REPO / "outputs"
+    files = {str(f.relative_to(REPO)): f.stat().st_mtime_ns for f in outputs.rglob("*") if f.is_file()} \
+        if outputs.is_dir() else {}
+    return {"results": r.stdout if r.returncode == 0 else None, "outputs": files}
+
+
+def pytest_sessionstart(session):
+    session.config._numlearn_checkout = _checkout_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_numlearn_checkout", None)
+    after = _checkout_state()
+    if before is None or after is None:
+        return
+    changed = sorted({*after["results"].splitlines()} - {*before["results"].splitlines()}) \
+        if before["results"] is not None and after["results"] is not None else []
+    changed += sorted(k for k in {*before["outputs"], *after["outputs"]}
+                      if before["outputs"].get(k) != after["outputs"].get(k))
+    if changed:
+        print(f"\nnumlearn tests: the session changed the checkout's results/ or outputs/ ({len(changed)}: "
+              f"{', '.join(changed[:5])}): a test must write to a temporary directory", flush=True)
+        session.exitstatus = 1
 
 
 @pytest.fixture(scope="session")

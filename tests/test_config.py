@@ -88,10 +88,15 @@ def test_accelerate_configs_differ_only_in_layout_and_device():
     assert fsdp["fsdp_auto_wrap_policy"] == train.fsdp_config.auto_wrap_policy
 
 
-def test_run_dir_is_named_from_model_loss_alpha_seed():
+def test_run_dir_is_named_from_model_loss_alpha_seed(monkeypatch):
+    monkeypatch.delenv("NUMLEARN_OUTPUT_DIR")  # the test session's temporary output root (conftest)
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         cfg = compose("config", overrides=["experiment=table1_tiny", "loss=del", "seed=3"])
     assert cfg.run_dir.endswith("outputs/table1_tiny/tiny/del/alpha=1.28/seed=3")
+    monkeypatch.setenv("NUMLEARN_OUTPUT_DIR", "/elsewhere")
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=["experiment=table1_tiny", "loss=del", "seed=3"])
+    assert cfg.run_dir == "/elsewhere/table1_tiny/tiny/del/alpha=1.28/seed=3"
 
 
 def test_each_experiment_file_opens_with_its_command():

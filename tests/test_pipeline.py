@@ -158,7 +158,11 @@ def test_the_makefile_calls_the_pipeline_and_holds_no_loops():
                            timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         return [ln for ln in r.stdout.splitlines() if "numlearn.pipeline" in ln]
-    assert dry("reproduce-table1", "SEEDS=8", "REUSE=1", "JOBS=4")[-1].endswith(
+    # the user's command writes under outputs/ and compares with the committed store; the maintainers' publishes
+    user = dry("reproduce-table1", "SEEDS=8", "REUSE=1", "JOBS=4")[-1]
+    assert "-m numlearn.pipeline table1 --seeds 8 --jobs 4 --store outputs/store --out outputs/table1_tiny/tables " \
+           "--compare-with results/runs" in user and "--reuse" in user
+    assert dry("table1-publish", "SEEDS=8", "REUSE=1", "JOBS=4")[-1].endswith(
         "-m numlearn.pipeline table1 --seeds 8 --jobs 4 --reuse")
     assert "--seeds 8 --from-seed 3 --out results/table1_tiny/unswept_seeds" in dry("table1-unswept", "SEEDS=8")[-1]
     assert dry("sweep-alpha")[-1].endswith("-m numlearn.pipeline sweep --seeds 3 --jobs 4 ")
@@ -239,3 +243,37 @@ def test_the_chunked_tokenizer_table_end_to_end_on_a_shrunken_rehearsal(tmp_path
     assert "| tiny |" not in table  # the single-digit model is in the tokenisation table, not this one
     tok = (tmp_path / "tab" / "tokenisation" / "tokenisation.md").read_text()
     assert "mle (tiny_chunk3)" in tok and "`mle (tiny)`" in tok
+
+
+def test_a_running_job_says_its_step_its_eta_and_its_log(tmp_path):
+    """250 of 1,000 steps in 100 s: 750 left at 0.4 s each, ETA 300 s = 5 min; a tqdm bar reads the same;
+    a line without a count is shown as it is."""
+    job = Job("del seed=0", [], tmp_path / "del.log")
+    job.phase_started = 1000.0
+    note = job.progress_note("step 250/1000 loss=1.2 loss/ce=0.9", now=1100.0)
+    assert note == f"step 250/1000, ETA 5 min  (log: {tmp_path / 'del.log'})"
+    assert job.progress_note("cot:  40%|####  | 80/200 [00:30<00:45]", now=1030.0).startswith("80/200, ETA 45 s")
+    assert job.progress_note("[numlearn.evaluate] loading", now=1030.0) == "[numlearn.evaluate] loading"
+
+
+def test_without_a_terminal_the_running_jobs_are_reported_every_interval(tmp_path):
+    """make into a pipe: besides the phase changes, each running job's line (step, ETA, log) every
+    `every` seconds -- the 21 silent minutes of a reproduction are gone."""
+    py = sys.executable
+    code = "import time\nfor i in range(1, 5):\n    print(f'step {i*10}/40', flush=True); time.sleep(0.6)"
+    job = Job("slow", [("train", [py, "-c", code])], tmp_path / "slow.log")
+    out = io.StringIO()
+    orig = pipeline.Progress
+
+    class Fast(orig):
+        def __init__(self, jobs, stream=None, live=None):
+            super().__init__(jobs, stream, live, every=0.9)
+
+    pipeline.Progress = Fast
+    try:
+        assert pipeline.run_jobs([job], 1, stream=out, live=False) == []
+    finally:
+        pipeline.Progress = orig
+    beats = [ln for ln in out.getvalue().splitlines() if ln.startswith(">>  slow") and "step " in ln]
+    assert beats and re.search(r"step \d+/40, ETA \d+ s  \(log: .*slow\.log\)", beats[-1]), out.getvalue()
+    assert "1/1 jobs done" not in out.getvalue().splitlines()[0]

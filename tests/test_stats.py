@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,50 @@ def test_seed_mean_ci_covers_the_seed_spread_and_needs_two_seeds():
     lo, hi = seed_mean_ci([60.0, 60.5, 59.5, 60.0])
     assert 59.5 <= lo < 60 < hi <= 60.5
     assert all(math.isnan(x) for x in seed_mean_ci([60.0]))
+
+
+# -- the paired t over seeds, the bootstrap p and Holm (issue 40): values by hand -------------------
+def test_t_quantiles_and_p_values_match_the_tables():
+    """Printed t tables: t_.975 = 12.706 (df 1), 4.303 (2), 2.776 (4), 2.365 (7); t = 1 with df 1 is a
+    Cauchy, P(|T| >= 1) = 1/2; t = 2 with df 4 gives p = 0.1161."""
+    from numlearn.reporting.stats import t_quantile, t_two_sided_p
+
+    for df, want in ((1, 12.7062), (2, 4.3027), (4, 2.7764), (7, 2.3646)):
+        assert t_quantile(0.975, df) == pytest.approx(want, abs=1e-4)
+    assert t_two_sided_p(1.0, 1) == pytest.approx(0.5, abs=1e-12)
+    assert t_two_sided_p(2.0, 4) == pytest.approx(0.11612, abs=1e-5)
+    assert t_two_sided_p(0.0, 5) == pytest.approx(1.0)
+
+
+def test_paired_t_by_hand():
+    """a - b = (2, 3, 4): mean 3, sd 1, se 1/sqrt(3); half width 4.3027 / sqrt(3) = 2.4841 -> [0.516, 5.484];
+    t = 3 sqrt(3) = 5.196 on 2 df, p = 0.0351. A t on unpaired means (ignoring the pairing) or a normal
+    quantile (1.96) would give other ends."""
+    from numlearn.reporting.stats import paired_t
+
+    r = paired_t([3, 5, 7], [1, 2, 3])
+    assert (r.mean, r.n_seeds) == (3.0, 3)
+    assert (r.ci_low, r.ci_high) == (pytest.approx(0.51586, abs=1e-4), pytest.approx(5.48414, abs=1e-4))
+    assert r.p == pytest.approx(0.03510, abs=1e-4)
+    one = paired_t([1.0], [0.0])
+    assert math.isnan(one.ci_low) and math.isnan(one.p)
+    flat = paired_t([2, 2], [1, 1])
+    assert (flat.ci_low, flat.ci_high, flat.p) == (1.0, 1.0, 0.0)
+
+
+def test_holm_by_hand():
+    """p = (0.01, 0.04, 0.03, 0.005), m = 4: sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06,
+    0.04 x 1 = 0.04 -> raised to 0.06 (monotone); Bonferroni would give 0.16 for 0.04, no correction 0.04."""
+    from numlearn.reporting.stats import holm
+
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    got = holm([0.02, float("nan"), 0.01])
+    assert got[0] == pytest.approx(0.02) and math.isnan(got[1]) and got[2] == pytest.approx(0.02)
+
+
+def test_bootstrap_p_is_twice_the_smaller_tail():
+    from numlearn.reporting.stats import bootstrap_p
+
+    assert bootstrap_p([1, 2, 3, -1]) == pytest.approx(0.5)  # 1 of 4 at or below zero, doubled
+    assert bootstrap_p([1, 2, 3, 4]) == 0.0 and bootstrap_p([-1, 1]) == 1.0

@@ -172,3 +172,43 @@ def test_reuse_skips_a_row_the_store_already_holds(tmp_path):
     assert said[-1] == "[del:0.1 eval=synthetic_val] seeds without stored results: 1"
     assert [p for p, _ in job.steps] == ["train", "evaluate synthetic_val", "publish"]
     assert "seed=1" in job.steps[0][1] and "eval=synthetic_val" in job.steps[1][1]
+
+
+# -- a user's reproduction against the committed store (make reproduce-table1) ----------------------
+def test_fields_added_since_are_no_difference_but_a_changed_number_is(tmp_path):
+    """An older record lacks metrics.n_digit_problems and heldout.source: reproducing it exactly reads as
+    identical. A changed accuracy, held-out digit accuracy or one flipped problem does not."""
+    old = store.ResultRecord.from_dict(_result([1, 0, 1]))
+    newer = _result([1, 0, 1], created="2027-01-01T00:00:00")
+    newer["metrics"]["n_digit_problems"] = 3
+    newer["run"]["heldout"]["source"] = "synthetic"
+    newer["teacher_forced"] = None
+    assert store.differences(old, store.ResultRecord.from_dict(newer)) == []
+    # the old comparison (every field of numbers()) called this a change: the false alarm of a reproduction
+    assert old.numbers() != store.ResultRecord.from_dict(newer).numbers()
+    flipped = store.ResultRecord.from_dict(_result([1, 1, 0]))
+    assert store.differences(old, flipped) == ["correct_by_id: 2 of 3 problems differ"]
+    worse = _result([1, 0, 0])
+    worse["run"]["heldout"]["digit_acc"] = 0.25
+    d = store.differences(old, store.ResultRecord.from_dict(worse))
+    assert "metrics.accuracy 0.666667 -> 0.333333" in d and "heldout.digit_acc 0.5 -> 0.25" in d
+
+
+def test_compare_counts_identical_differing_and_absent_files_and_writes_nothing(tmp_path):
+    mine, committed = tmp_path / "mine", tmp_path / "committed"
+    same = _write(mine, 0, correct=[1, 0, 1])
+    _write(committed, 0, correct=[1, 0, 1], created="2025-01-01T00:00:00")
+    other = _write(mine, 1, correct=[1, 1, 1])
+    _write(committed, 1, correct=[1, 0, 1])
+    new = _write(mine, 2, correct=[0])
+    before = sorted((p, p.stat().st_mtime_ns) for p in committed.rglob("*"))
+    c = store.compare([same, other, new], mine, committed)
+    assert sorted((p, p.stat().st_mtime_ns) for p in committed.rglob("*")) == before
+    assert c.identical == [same.relative_to(mine)] and list(c.differ) == [other.relative_to(mine)]
+    assert c.absent == [new.relative_to(mine)] and c.n == 3
+    lines = c.lines("seed 0", Path("results/runs"))
+    assert lines[-1] == ("seed 0: 1/3 result files identical to the committed store (results/runs); 1 differ "
+                         "(listed above); 1 not in it")
+    assert "metrics.accuracy 0.666667 -> 1" in lines[0] and "recorded versions" in lines[0]
+    one = store.compare([same], mine, committed).lines("seed 0", Path("results/runs"))
+    assert one == ["seed 0: 1/1 result files identical to the committed store (results/runs)"]

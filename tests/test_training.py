@@ -351,3 +351,49 @@ def test_vocab_setup_official_is_the_del_scripts_resize(shared_tokenizers, tmp_p
     assert tok.pad_token_id == tok.eos_token_id if "pad_token" in added else tok.pad_token_id is not None
     with pytest.raises(ValueError, match="vocab_setup"):
         build("authors")
+
+
+def test_a_finished_run_is_not_silently_reused_for_another_recipe(tmp_path, capsys):
+    """Issue 41: the same experiment/model/loss/alpha/seed with another training recipe used to print
+    'already complete, skipping' and keep the old model. Now: the same recipe skips; another one is
+    refused in one line naming the differing key and the override that gives it its own run dir."""
+    from numlearn.training.run import train
+
+    run = train(_cfg(tmp_path, "loss=mle"))
+    weights = (run / "final" / "model.safetensors").read_bytes()
+    assert train(_cfg(tmp_path, "loss=mle")) == run and "already complete" in capsys.readouterr().out
+    with pytest.raises(ValueError) as e:
+        train(_cfg(tmp_path, "loss=mle", "data.n_train=150"))
+    msg = str(e.value)
+    assert "data.n_train: 200 -> 150" in msg and "experiment_name=" in msg and "force=true" in msg
+    assert (run / "final" / "model.safetensors").read_bytes() == weights
+    moved = train(_cfg(tmp_path, "loss=mle", "data.n_train=150", "experiment_name=other"))
+    assert moved != run and (moved / "final").is_dir()
+
+
+def test_one_training_per_run_dir_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    """Issue 41: three trainings of one run dir ran to the end together (26 duplicate step records).
+    While one holds the run dir, a second stops in one line naming its pid; a lock left by a process
+    that died is taken over (the kernel released it)."""
+    import subprocess
+    import sys
+
+    from numlearn.rundirs import RunDirBusy, RunDirLock
+    from numlearn.training.run import train
+
+    cfg = _cfg(tmp_path, "loss=mle")
+    run_dir = Path(cfg.run_dir)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom numlearn.rundirs import RunDirLock\n"
+                               f"with RunDirLock({str(run_dir / 'train.lock')!r}, 'training', 'wait'):\n"
+                               "    print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirBusy, match=f"another training \\(pid {holder.pid}\\)"):
+            train(cfg)
+        assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "final").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunDirLock(run_dir / "train.lock", "training", "wait"):  # the dead holder's lock: taken over
+        pass
+    assert (train(cfg) / "final").is_dir()

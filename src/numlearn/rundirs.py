@@ -105,3 +105,40 @@ def seed_list(override: str) -> list[int]:
     if not seeds:
         raise ValueError(f"{override!r} names no seed: give at least one, e.g. seed=0,1,2")
     return seeds
+
+
+class RunDirBusy(RuntimeError):
+    """Another process holds a run dir's lock (``RunDirLock``): one line naming it."""
+
+
+class RunDirLock:
+    """An exclusive ``flock`` on ``path`` for one writer (a training of a run dir, an evaluation of a
+    generations file): a second one stops with one line naming the holder's pid instead of writing the
+    same files twice. The kernel drops the lock when its holder dies, so a lock left by a killed process
+    is simply taken over; the file itself stays (removing it would race a waiting peer)."""
+
+    def __init__(self, path: str | Path, what: str, fix: str):
+        self.path, self.what, self.fix = Path(path), what, fix
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+        import os
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise RunDirBusy(f"{self.path.with_suffix('')} is being written by another {self.what} (pid {holder}); "
+                               f"{self.fix}") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        os.close(self.fd)

@@ -23,13 +23,14 @@ from numlearn.cli import check_group_overrides, conf_dir, fail
 def _main(cfg: DictConfig) -> None:
     from numlearn.data.sources import DataError
     from numlearn.losses import TokenizerDigitError
+    from numlearn.rundirs import RunDirBusy
     from numlearn.training.launch import export_submitit_distributed_env
     from numlearn.training.run import train
 
     export_submitit_distributed_env()  # a SLURM / submitit task per GPU: RANK, WORLD_SIZE, MASTER_* from the job
     try:
         train(cfg)
-    except (DataError, TokenizerDigitError, FileNotFoundError, ValueError) as e:
+    except (DataError, TokenizerDigitError, FileNotFoundError, ValueError, RunDirBusy) as e:
         if os.environ.get("NUMLEARN_DEBUG"):
             raise
         fail("numlearn.train", e, cfg.get("run_dir"), cfg.paths.output_dir)

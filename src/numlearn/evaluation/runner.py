@@ -15,12 +15,12 @@ its own rule says so.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from numlearn.data.prompts import MC_PRIMER, POT_SUFFIX, format_prompt
+from numlearn.rundirs import RunDirLock
 
 from . import official
 from .backends.base import SamplingConfig
@@ -59,31 +59,12 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
     return recs, bad
 
 
-class GenerationsLock:
+class GenerationsLock(RunDirLock):
     """An exclusive lock on a generations file for one evaluation (``<file>.lock``, ``flock``): a
     second evaluation of the same run dir stops with one line instead of appending every line twice."""
 
     def __init__(self, path: Path):
-        self.path = Path(str(path) + ".lock")
-        self.fd = None
-
-    def __enter__(self):
-        import fcntl
-
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
-            os.close(self.fd)
-            raise RuntimeError(f"{self.path.with_suffix('')} is being written by another evaluation (pid {holder}); "
-                               "wait for it to finish, then re-run to resume") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)  # releases the lock; the file stays (removing it would race a waiting peer)
+        super().__init__(Path(str(path) + ".lock"), "evaluation", "wait for it to finish, then re-run to resume")
 
 
 def _last_byte(path: Path) -> bytes:

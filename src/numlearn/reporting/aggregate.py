@@ -145,7 +145,7 @@ def _per_seed_matrix(sub: pd.DataFrame, col: str, field: str = "correct_by_id") 
 
 def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
                      field: str = "correct_by_id", scale: float = 100.0, with_macc: bool = True,
-                     level: float = 0.95) -> pd.DataFrame:
+                     level: float = 0.95, with_p: bool = False) -> pd.DataFrame:
     """Each loss minus ``baseline``, per column and for mACC (mean of the column differences), with
     a seed-aware 95 % interval (``numlearn.reporting.stats``: seeds and problems resampled, seeds
     paired when both sides ran the same ones) and, as a secondary column, the problem-only interval.
@@ -191,7 +191,7 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
             for c, d in zip(names, diffs, strict=True):
                 if c == MACC and not with_macc:
                     continue
-                r = d.as_dict()
+                r = d.as_dict(with_p)
                 for k in ("delta", "ci_low", "ci_high", "problem_ci_low", "problem_ci_high"):
                     r[k] = scale * r[k]
                 out.append({"model": model, "loss": label, "column": c, **r})
@@ -220,7 +220,7 @@ HELDOUT_METRICS = {"digit_acc": ("held-out digit acc (%)", 100.0), "digit_nll": 
 
 
 def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
-                  level: float = 0.95) -> tuple[str, pd.DataFrame]:
+                  level: float = 0.95, with_p: bool = False) -> tuple[str, pd.DataFrame]:
     """Teacher-forced digit metrics on the held-out split (one value per trained model, from its
     ``run.json``): mean ± std over seeds, and each loss minus ``baseline`` with a seed bootstrap."""
     df = df.copy()
@@ -254,7 +254,7 @@ def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, s
             sa, a = vals[(model, label, k)]
             sb, b = vals[(model, base["label"].iloc[0], k)]
             d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot, seed=seed, level=level)
-            rows.append({"model": model, "loss": label, "metric": k, **d.as_dict()})
+            rows.append({"model": model, "loss": label, "metric": k, **d.as_dict(with_p)})
     return "\n".join(lines), pd.DataFrame(rows)
 
 

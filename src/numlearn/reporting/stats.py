@@ -44,9 +44,13 @@ class Difference:
     n_problems: int
     paired_seeds: bool
     significant: bool
+    p_boot: float = float("nan")  # two-sided bootstrap p: 2 min(P(replicate <= 0), P(replicate >= 0))
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self, with_p: bool = False) -> dict:
+        d = asdict(self)
+        if not with_p:  # the committed tables' columns
+            d.pop("p_boot")
+        return d
 
 
 def seed_mean_ci(values, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
@@ -148,7 +152,111 @@ def _difference(point, boot, pboot, q, k_a, k_b, n, paired, seedable) -> Differe
     lo, hi = np.percentile(boot, q) if seedable else (float("nan"), float("nan"))
     plo, phi = np.percentile(pboot, q) if pboot.size else (float("nan"), float("nan"))
     return Difference(point, float(lo), float(hi), float(plo), float(phi), k_a, k_b, n, paired,
-                      _significant(float(lo), float(hi), k_a, k_b))
+                      _significant(float(lo), float(hi), k_a, k_b), bootstrap_p(boot) if seedable else float("nan"))
+
+
+def bootstrap_p(boot) -> float:
+    """Two-sided p of "no difference" from bootstrap replicates of a difference: twice the smaller tail
+    share at zero, ``2 min(P(b <= 0), P(b >= 0))``, capped at 1 -- the level at which the percentile
+    interval would just reach zero. Resolution 1/len(boot)."""
+    b = np.asarray(boot, dtype=float)
+    b = b[np.isfinite(b)]
+    if b.size == 0:
+        return float("nan")
+    return float(min(1.0, 2 * min(np.mean(b <= 0), np.mean(b >= 0))))
+
+
+# -- the paired t over seeds, and a family-wise correction -------------------------------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta (Lentz's method)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function ``I_x(a, b)``."""
+    import math
+
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom."""
+    if not np.isfinite(t):
+        return 0.0 if np.isinf(t) else float("nan")
+    return betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
+def t_quantile(prob: float, df: int) -> float:
+    """The ``prob`` quantile (prob in (0.5, 1)) of Student's t, by bisection on ``t_two_sided_p``."""
+    target = 2 * (1 - prob)
+    lo, hi = 0.0, 1.0
+    while t_two_sided_p(hi, df) > target:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_two_sided_p(mid, df) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass
+class PairedT:
+    mean: float  # mean of the per-seed differences
+    ci_low: float
+    ci_high: float
+    p: float  # two-sided, H0: mean difference 0
+    n_seeds: int
+
+
+def paired_t(a, b, level: float = 0.95) -> PairedT:
+    """The paired t over seeds: ``d_s = a_s - b_s`` (one value per seed both ran, in the same order), the
+    interval ``mean(d) +- t_{(1+level)/2, k-1} sd(d) / sqrt(k)`` and its two-sided p. NaN below 2 seeds;
+    a zero spread gives a zero-width interval and p 0 (or 1 when the mean is 0)."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    d = d[np.isfinite(d)]
+    k = len(d)
+    if k < 2:
+        return PairedT(float(d.mean()) if k else float("nan"), float("nan"), float("nan"), float("nan"), k)
+    m, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(k))
+    if se == 0:
+        return PairedT(m, m, m, 1.0 if m == 0 else 0.0, k)
+    half = t_quantile((1 + level) / 2, k - 1) * se
+    return PairedT(m, m - half, m + half, t_two_sided_p(m / se, k - 1), k)
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjustment of ``pvalues`` (one family), in their given order: sorted ascending,
+    the i-th smallest (1-based) becomes ``max over j <= i of min(1, (m - j + 1) p_(j))``. NaNs stay NaN
+    and do not count in m."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    m = len(idx)
+    running = 0.0
+    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
 
 
 def seed_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
@@ -170,4 +278,5 @@ def seed_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: i
         boot = w_a @ a / len(a) - w_b @ b / len(b)
         lo, hi = (float(v) for v in np.percentile(boot, q))
     return Difference(point, lo, hi, float("nan"), float("nan"), len(a), len(b), 0, paired,
-                      _significant(lo, hi, len(a), len(b)))
+                      _significant(lo, hi, len(a), len(b)), bootstrap_p(boot) if min(len(a), len(b)) >= 2
+                      else float("nan"))

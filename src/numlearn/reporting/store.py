@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from numlearn.records import BadRecord, ResultRecord, is_result_file
+from numlearn.rundirs import recipe_differences
 
 DEFAULT_STORE = Path("results/runs")
 DEFAULT_OUTPUTS = Path("outputs")
@@ -41,6 +42,101 @@ def read_result(path: Path) -> ResultRecord:
 def result_files(root: Path) -> list[Path]:
     """The evaluator's result files under ``root``: ``eval/<benchmark>/<mode>/result[.<protocol>].json``."""
     return sorted(p for p in Path(root).rglob("result*.json") if is_result_file(p))
+
+
+def differences(stored: ResultRecord, new: ResultRecord) -> list[str]:
+    """The reported numbers in which ``new`` differs from ``stored``, one phrase each; empty: the same
+    result. Only what both files report is compared: a field one of them lacks (added to the result
+    format since the other was written, e.g. ``metrics.n_digit_problems`` or ``heldout.source``) is no
+    difference, so a file from an older commit reproduced exactly by a newer one reads as identical."""
+    out = []
+    for section in ("metrics", "heldout"):
+        a, b = _leaves(getattr(stored, section) or {}), _leaves(getattr(new, section) or {})
+        for k in sorted(set(a) & set(b)):
+            if a[k] != b[k]:
+                out.append(f"{section}.{k} {_short(a[k])} -> {_short(b[k])}")
+    for section in ("correct_by_id", "distance_by_id"):
+        a, b = getattr(stored, section) or {}, getattr(new, section) or {}
+        if a and b and a != b:
+            n = sum(a.get(i) != b.get(i) for i in set(a) | set(b))
+            out.append(f"{section}: {n} of {len(set(a) | set(b))} problems differ")
+    return out
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: nested metrics (per-place digit accuracy) compared leaf by leaf."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _short(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else (str(v) if not isinstance(v, dict) else "{...}")
+
+
+@dataclass
+class Comparison:
+    """A user's result files against the committed store, file by file (``compare``)."""
+
+    identical: list[Path] = field(default_factory=list)
+    differ: dict[Path, list[str]] = field(default_factory=dict)
+    absent: list[Path] = field(default_factory=list)  # no committed file at that path
+    versions: dict[Path, str] = field(default_factory=dict)  # for a differing file: recorded versions apart
+    recipes: dict[Path, list[str]] = field(default_factory=dict)  # ... and training recipes apart (a shrunk run)
+
+    @property
+    def n(self) -> int:
+        return len(self.identical) + len(self.differ) + len(self.absent)
+
+    def lines(self, label: str, against: Path) -> list[str]:
+        """Each differing file (what differs, the recorded versions that may explain it), then one line:
+        ``label: 28/28 result files identical to the committed store (results/runs)``."""
+        out = [f"  {p}: {'; '.join(d[:4])}{' ...' if len(d) > 4 else ''}"
+               + (f" [trained under another recipe: {'; '.join(self.recipes[p][:3])}]" if self.recipes.get(p) else
+                  f" [recorded versions: {self.versions[p]}]" if self.versions.get(p) else "")
+               for p, d in self.differ.items()]
+        out += [f"  {p}: not in the committed store" for p in self.absent]
+        head = f"{label}: {len(self.identical)}/{self.n} result files identical to the committed store ({against})"
+        if self.differ:
+            head += f"; {len(self.differ)} differ (listed above)"
+        if self.absent:
+            head += f"; {len(self.absent)} not in it"
+        return [*out, head]
+
+
+def _versions_apart(a: ResultRecord, b: ResultRecord) -> str:
+    pa, pb = a.extra.get("packages") or {}, b.extra.get("packages") or {}
+    apart = [f"{k} {pa.get(k)} (store) vs {pb.get(k)} (this run)" for k in sorted(set(pa) | set(pb))
+             if pa.get(k) != pb.get(k)]
+    return ", ".join(apart) if apart else "the same package versions"
+
+
+def compare(files: list[Path], store: str | Path, committed: str | Path) -> Comparison:
+    """``files`` (result files under ``store``) against the files at the same relative paths under
+    ``committed``: identical, differing (``differences``) or absent. Nothing is written."""
+    store, committed = Path(store), Path(committed)
+    done = Comparison()
+    for f in sorted(files):
+        rel = Path(f).relative_to(store)
+        ref = committed / rel
+        if not ref.is_file():
+            done.absent.append(rel)
+            continue
+        old, new = read_result(ref), read_result(Path(f))
+        if diff := differences(old, new):
+            done.differ[rel] = diff
+            done.versions[rel] = _versions_apart(old, new)
+            if old.run.get("recipe") and new.run.get("recipe"):
+                diffs = recipe_differences(old.run["recipe"], new.run["recipe"])
+                # values set on both sides first (train.max_steps: 1000 -> 40), keys one side lacks after
+                done.recipes[rel] = sorted(diffs, key=lambda d: "None" in d)
+        else:
+            done.identical.append(rel)
+    return done
 
 
 @dataclass
@@ -74,7 +170,7 @@ def publish(sources: list[str | Path], outputs: str | Path = DEFAULT_OUTPUTS,
             new = read_result(f)
             dest = store / f.relative_to(outputs)
             if dest.exists():
-                same = read_result(dest).numbers() == new.numbers()
+                same = not differences(read_result(dest), new)
                 (done.identical if same else done.changed).append(dest)
             else:
                 done.new.append(dest)

@@ -31,7 +31,14 @@ from omegaconf import DictConfig, OmegaConf
 from numlearn.losses import LOSSES, capabilities
 from numlearn.provenance import provenance
 from numlearn.records import RUN_META, RunRecord
-from numlearn.rundirs import damaged_weights, recipe_sha, run_is_complete, training_recipe
+from numlearn.rundirs import (
+    RunDirLock,
+    damaged_weights,
+    recipe_differences,
+    recipe_sha,
+    run_is_complete,
+    training_recipe,
+)
 from numlearn.training.launch import launch_info
 
 log = logging.getLogger(__name__)
@@ -309,19 +316,33 @@ def whole_run_loss(path: Path) -> float | None:
 
 
 def train(cfg: DictConfig) -> Path:
-    from transformers import set_seed
 
     run_dir = _abs(cfg.run_dir)
     if (run_dir / "final").is_dir() and (bad := damaged_weights(run_dir / "final")):
         print(f"[numlearn.train] {run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
               "training again (from the last checkpoint, if any)", file=sys.stderr, flush=True)
     if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
+        have = RunRecord.of_run_dir(run_dir).recipe
+        if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
+            raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
+                             f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
+                             "experiment_name=<new name>, or replace that run with force=true")
         log.info("run already complete: %s (force=true to retrain)", run_dir)
         print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
         return run_dir
     plan = plan_run(cfg)  # every option checked, loss built: errors come before any weight loads
     run_dir.mkdir(parents=True, exist_ok=True)
     main = is_main_process()
+    if main and not cfg.get("dry_run", False):  # one training per run dir (the main process holds it)
+        with RunDirLock(run_dir / "train.lock", "training",
+                        "wait for it to finish (its run then reads as complete), or stop it first"):
+            return _train_in(cfg, plan, run_dir, main)
+    return _train_in(cfg, plan, run_dir, main)
+
+
+def _train_in(cfg: DictConfig, plan: RunPlan, run_dir: Path, main: bool) -> Path:
+    from transformers import set_seed
+
     if cfg.get("force", False) and not cfg.get("dry_run", False) and main:
         # force = retrain from scratch: an old checkpoint must not be resumed under a new config
         for name in ("checkpoints", "final"):
