@@ -345,3 +345,27 @@ def test_a_paper_preset_dry_run_offline_names_the_offline_twin(tmp_path):
     assert r.returncode != 0 and len(lines) == 1, r.stderr[-1500:]
     assert "'Qwen/Qwen2.5-1.5B'" in lines[0] and "model.tokenizer=" in lines[0] and "tokenizers/qwen2.5" in lines[0]
     assert not list(tmp_path.rglob("run.json"))
+
+
+def test_an_unresolvable_hub_switches_to_offline_in_one_line_and_a_set_choice_is_kept(monkeypatch, capsys):
+    """Issue 47: the README's commands outside make spent ~65 s in hub retries. No name for the hub's
+    host: HF_HUB_OFFLINE=1 and one line; a host that resolves, or HF_HUB_OFFLINE set either way: untouched.
+    (The lookup is faked: no test touches the network.)"""
+    import os
+    import socket
+
+    from numlearn.cli import offline_if_hub_unreachable
+
+    def no_dns(*a, **k):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    assert offline_if_hub_unreachable("numlearn.train") and os.environ["HF_HUB_OFFLINE"] == "1"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "huggingface.co" in err[0] and "HF_HUB_OFFLINE=1" in err[0]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the user's choice wins
+    assert not offline_if_hub_unreachable("numlearn.train") and os.environ["HF_HUB_OFFLINE"] == "0"
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [("addr",)])
+    assert not offline_if_hub_unreachable("numlearn.train") and "HF_HUB_OFFLINE" not in os.environ

@@ -156,11 +156,17 @@ def test_wandb_offline_without_key(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc key
+    import wandb
+    from wandb.sdk.wandb_run import Run
+
     from numlearn.training.run import train
 
+    logged, real_log = [], Run.log  # wandb.init rebinds wandb.log to the run's: record on the class
+    monkeypatch.setattr(Run, "log", lambda self, d, *a, **k: logged.append(dict(d)) or real_log(self, d, *a, **k))
     run_dir = train(_cfg(tmp_path, "logger=wandb", "loss=del", "train.max_steps=2"))
-    import wandb
-
+    keys = {k for d in logged for k in d}
+    # issue 47: HF's callback prefixed numlearn's own train/ keys again (train/train/digit_acc)
+    assert "train/digit_acc" in keys and "train/loss/ce" in keys and not any(k.startswith("train/train/") for k in keys)
     assert wandb.run is None  # finished
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert offline, "no offline W&B run written"
@@ -397,3 +403,15 @@ def test_one_training_per_run_dir_and_a_dead_holders_lock_is_taken_over(tmp_path
     with RunDirLock(run_dir / "train.lock", "training", "wait"):  # the dead holder's lock: taken over
         pass
     assert (train(cfg) / "final").is_dir()
+
+
+def test_a_run_shorter_than_logging_steps_still_logs_its_last_step(tmp_path, capsys):
+    """Issue 47: 3 steps with logging every 50 used to log nothing; the last step is always logged (and a
+    run of 5 with logging every 2 logs steps 2, 4 and 5)."""
+    from numlearn.training.run import train
+
+    run = train(_cfg(tmp_path, "loss=mle", "train.max_steps=3", "train.logging_steps=50"))
+    assert [m["step"] for m in _metrics(run) if "loss" in m] == [3]
+    assert "step 3/3 loss=" in capsys.readouterr().out
+    run = train(_cfg(tmp_path, "loss=mle", "train.max_steps=5", "train.logging_steps=2", "experiment_name=five"))
+    assert [m["step"] for m in _metrics(run) if "loss" in m] == [2, 4, 5]

@@ -62,6 +62,39 @@ def _check_typed_override(arg: str, prog: str) -> None:
                  f"(numlearn.schema.{node.__name__}; {str(e).splitlines()[0]})")
 
 
+def offline_if_hub_unreachable(prog: str, timeout_s: float = 3.0) -> bool:
+    """Without ``HF_HUB_OFFLINE`` set, a hub name on a machine with no network spends about a minute in
+    Hugging Face's retries before the one-line error (the README's commands, run outside ``make``). The
+    same name lookup those retries begin with, done once here with a time limit: when the hub's host
+    does not resolve, the run goes offline (``HF_HUB_OFFLINE=1``, said in one line) and local files,
+    caches and the offline-twin hints answer at once. True when it switched."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE") not in (None, ""):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or "huggingface.co"
+    found: list[bool] = []
+
+    def look() -> None:
+        try:
+            socket.getaddrinfo(host, 443)
+            found.append(True)
+        except OSError:
+            found.append(False)
+
+    t = threading.Thread(target=look, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if found and found[0]:
+        return False
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    print(f"[{prog}] the Hugging Face hub ({host}) does not resolve: running offline (HF_HUB_OFFLINE=1); set "
+          "HF_HUB_OFFLINE=0 to try it anyway", file=sys.stderr, flush=True)
+    return True
+
+
 def check_group_overrides(argv: list[str], prog: str) -> None:
     """Exit with one line naming the valid choices when ``group=value`` names no config file, and
     naming the type when a schema-typed key gets a value of another type."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from numlearn.cli import check_group_overrides, conf_dir, fail
+from numlearn.cli import check_group_overrides, conf_dir, fail, offline_if_hub_unreachable
 
 
 def backend_from_config(ecfg, model_path: str, seed: int = 0):
@@ -200,6 +200,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     check_group_overrides(sys.argv, "numlearn.evaluate")
+    offline_if_hub_unreachable("numlearn.evaluate")
     _main()
 
 

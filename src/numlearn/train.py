@@ -16,7 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from numlearn.cli import check_group_overrides, conf_dir, fail
+from numlearn.cli import check_group_overrides, conf_dir, fail, offline_if_hub_unreachable
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
@@ -38,6 +38,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     check_group_overrides(sys.argv, "numlearn.train")
+    offline_if_hub_unreachable("numlearn.train")
     _main()
 
 

@@ -50,7 +50,15 @@ class MetricsJSONL(TrainerCallback):
 
 
 class ProgressPrinter(TrainerCallback):
-    """One line per log when tqdm bars are off (non-interactive runs, CI logs)."""
+    """One line per log when tqdm bars are off (non-interactive runs, CI logs); the last step is
+    always logged, so a run shorter than ``logging_steps`` (or not a multiple of it) still reports
+    where it ended."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.max_steps and state.global_step >= state.max_steps and args.logging_steps \
+                and state.global_step % int(args.logging_steps):
+            control.should_log = True
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs and "loss" in logs:
@@ -59,3 +67,18 @@ class ProgressPrinter(TrainerCallback):
                 if k in logs:
                     parts.append(f"{k}={logs[k]:.4g}")
             print(" ".join(parts), flush=True)
+
+
+def wandb_callback():
+    """Hugging Face's ``WandbCallback`` without the double prefix: it prefixes every training key with
+    ``train/``, so numlearn's own ``train/digit_acc`` arrived as ``train/train/digit_acc``. Keys already
+    under ``train/`` lose that prefix first (``train/digit_acc`` stays ``train/digit_acc``, ``loss/ce``
+    becomes ``train/loss/ce``). Imported lazily: wandb is an extra."""
+    from transformers.integrations import WandbCallback
+
+    class NumlearnWandbCallback(WandbCallback):
+        def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+            logs = {(k[len("train/"):] if k.startswith("train/") else k): v for k, v in (logs or {}).items()}
+            return super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+
+    return NumlearnWandbCallback

@@ -464,6 +464,13 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         processing_class=tokenizer, loss_bridge=bridge,
         callbacks=[MetricsJSONL(run_dir / "metrics.jsonl"), ProgressPrinter()],
     )
+    if cfg.logger.name == "wandb":  # report_to=wandb adds HF's callback: ours in its place (no train/train/ keys)
+        from transformers.integrations import WandbCallback
+
+        from numlearn.training.hf_trainer import wandb_callback
+
+        trainer.remove_callback(WandbCallback)
+        trainer.add_callback(wandb_callback()())
     if args.disable_tqdm:
         from transformers.trainer_callback import PrinterCallback
 
