@@ -25,12 +25,15 @@ def git_info(cwd: str | Path | None = None, products: str | Path | None = None) 
     if not commit:
         return {"commit": None, "dirty": None}
     top = run("rev-parse", "--show-toplevel")
-    spec = []
+    # results/ holds what the repository's commands produced (tables, the store): a study rebuilt after
+    # another in one sitting is not made "dirty" by the first one's new tables
+    spec = ["--", ".", ":(exclude)results"] if top and (Path(top) / "results").is_dir() else []
     if products is not None and top:
         try:
-            spec = ["--", ".", f":(exclude){Path(products).resolve().relative_to(Path(top).resolve()).as_posix()}"]
+            spec = [*(spec or ["--", "."]),
+                    f":(exclude){Path(products).resolve().relative_to(Path(top).resolve()).as_posix()}"]
         except ValueError:
-            spec = []  # outside the repository: nothing of it is tracked
+            pass  # outside the repository: nothing of it is tracked
     dirty = bool(run("status", "--porcelain", "--untracked-files=no", *spec, where=top or cwd))
     return {"commit": commit, "dirty": dirty}
 
