@@ -415,3 +415,43 @@ def test_a_deep_tree_leaves_nothing_on_the_host(hook):
              timeout_s=20 if hook == "bypassed" else 3)
     assert r.ok and "deep" in r.stdout if hook == "bypassed" else True, r  # the hook's path checks are slow
     assert set(glob.glob("/tmp/numlearn-pot-*")) <= before
+
+
+# ---------------------------------------------------------------- the host's inodes (issue 41, escape 1)
+@pytest.mark.parametrize("hook", ["bypassed", "on"])
+@pytest.mark.parametrize("attack", [
+    "fd = os.open('/dev/null', os.O_RDONLY)\nos.fchmod(fd, 0o667)",
+    "os.chmod('/dev/null', 0o000)",
+    "os.utime('/dev/null', (1e9, 1e9))",
+    "fd = os.open('/dev/null', os.O_RDONLY)\nos.utime(fd, (1e9, 1e9))",
+    "fd = os.open('/dev/urandom', os.O_RDONLY)\nos.fchown(fd, 123, 123)",
+    "os.chown('/dev/zero', 0, 0)",
+])
+def test_no_program_changes_a_device_nodes_mode_owner_or_time(attack, hook):
+    """bwrap's --dev bound the host's nodes and, run as root, the program's uid owned them: fchmod and
+    utime on its /dev/null changed the host's (mode 667, mtime 2001). Every form is refused -- with the
+    audit hook off too -- and the host's nodes and the sandbox's own nodes are as they were."""
+    watched = ["/dev/null", "/dev/zero", "/dev/urandom"]
+    from numlearn.evaluation import sandbox
+
+    private = sandbox._private_dev()
+    watched += [os.path.join(private, n) for n in ("null", "zero", "urandom")] if private else []
+    before = {p: os.stat(p) for p in watched}
+    r = _run(f"import os\n{attack}\nprint('CHANGED')", hook=hook)
+    _blocked(r, "CHANGED")
+    for p in watched:
+        a, b = before[p], os.stat(p)
+        assert (a.st_mode, a.st_uid, a.st_gid, a.st_mtime_ns) == (b.st_mode, b.st_uid, b.st_gid, b.st_mtime_ns), p
+
+
+def test_device_nodes_still_work_and_nothing_sizeless_is_writable():
+    """/dev/null takes writes and /dev/zero and /dev/urandom read inside; the root and /dev (tmpfs that
+    take no size) refuse a file, so only the bounded working dir, /tmp and /dev/shm hold what it writes."""
+    r = _run("import os\nopen('/dev/null', 'w').write('x' * 100)\n"
+             "print(len(open('/dev/zero', 'rb').read(8)), len(os.urandom(4)), len(open('/dev/urandom', 'rb').read(4)))")
+    assert r.ok and r.stdout.split() == ["8", "4", "4"], r
+    for path in ("/filler", "/dev/filler", "/usr/filler"):
+        _blocked(_run(f"open({path!r}, 'wb').write(b'x' * 1024)\nprint('WROTE')"), "WROTE")
+    r = _run("open('/tmp/a', 'wb').write(b'x')\nopen('/dev/shm/a', 'wb').write(b'x')\nopen('a', 'wb').write(b'x')\n"
+             "print('bounded ok')")
+    assert r.ok and "bounded ok" in r.stdout, r

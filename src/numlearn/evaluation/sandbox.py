@@ -87,9 +87,12 @@ def _hook(event, args):
             raise PermissionError(f"sandbox: writing {path!r} outside the working directory is not allowed")
         if real.startswith("/proc/") and not (real.startswith("/proc/self") or real.startswith("/proc/" + _pid)):
             raise PermissionError(f"sandbox: reading {path!r} is not allowed")
+    if event in ("os.chmod", "os.chown", "os.utime", "os.truncate") and args and isinstance(args[0], int):
+        # the fd forms (fchmod, fchown, futimes, ftruncate): the path is unknown, so refused
+        raise PermissionError(f"sandbox: {event} on a file descriptor is not allowed")
     if event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "shutil.rmtree",
-                 "os.truncate", "os.link", "os.symlink"):
-        for a in args:
+                 "os.truncate", "os.link", "os.symlink", "os.utime"):
+        for a in args[:1] if event in ("os.chmod", "os.chown", "os.utime", "os.truncate") else args:
             if isinstance(a, (str, bytes)):
                 real = os.path.realpath(os.fsdecode(a))
                 if not (real == _cwd or real.startswith(_cwd + os.sep)):
@@ -159,6 +162,59 @@ _PROC_MASKED = ("kcore", "keys", "key-users", "kmsg", "kallsyms", "kpageflags", 
 TMPFS_MB = 64
 
 
+_DEV_NODES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9)}
+
+
+@lru_cache(maxsize=1)
+def _private_dev() -> str | None:
+    """As root: a directory of the sandbox's own device nodes (null, zero, full, random, urandom),
+    owned by ``SANDBOX_UID``. bwrap's ``--dev`` binds the host's nodes, and a program whose uid maps to
+    the evaluator's -- root -- owns them: ``fchmod``/``utime`` on its ``/dev/null`` changed the host's.
+    These nodes are not the host's, and their owner is not mapped in the sandbox, so a mode, owner or
+    time change is refused (EPERM) and could only ever reach this directory. None when not root (the
+    host's nodes are then root's, which the sandbox's uid is not) or where nodes cannot be made."""
+    if os.geteuid() != 0:
+        return None
+    d = os.path.join(tempfile.gettempdir(), f"numlearn-sandbox-dev-{SANDBOX_UID}")
+    try:
+        os.makedirs(d, mode=0o755, exist_ok=True)
+        st = os.lstat(d)
+        if st.st_uid != 0 or not os.path.isdir(d) or os.path.islink(d):
+            return None  # not ours: never trust a directory another user could have planted
+        for name, (major, minor) in _DEV_NODES.items():
+            path = os.path.join(d, name)
+            want = (os.makedev(major, minor), SANDBOX_UID)
+            try:
+                st = os.lstat(path)
+                ok = (st.st_rdev, st.st_uid) == want and (st.st_mode & 0o7777) == 0o666 and (st.st_mode & 0o170000) == 0o020000
+            except FileNotFoundError:
+                ok = False
+            if not ok:
+                tmp = f"{path}.{os.getpid()}"
+                os.mknod(tmp, 0o020666, os.makedev(major, minor))
+                os.chmod(tmp, 0o666)
+                os.chown(tmp, SANDBOX_UID, SANDBOX_UID)
+                os.replace(tmp, path)
+    except OSError:
+        return None
+    return d
+
+
+def _dev_args() -> list[str]:
+    """``/dev`` inside: a bounded tmpfs with the private nodes (as root), else bwrap's ``--dev`` (the
+    host's nodes, which an unprivileged evaluator's uid does not own); ``/dev/fd`` and the std streams."""
+    d = _private_dev()
+    if d is None:
+        return ["--dev", "/dev"]
+    out = ["--size", str(1 << 20), "--tmpfs", "/dev"]
+    for name in _DEV_NODES:
+        out += ["--dev-bind", os.path.join(d, name), f"/dev/{name}"]
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        out += ["--symlink", target, f"/dev/{link}"]
+    return out
+
+
 def _bwrap_argv(python: str, files: dict[str, int], seccomp_fd: int | None = None,
                 env: dict[str, str] | None = None) -> list[str]:
     """``files``: path in the working dir -> an fd bwrap copies it from (the working dir is a
@@ -199,10 +255,15 @@ def _bwrap_argv(python: str, files: dict[str, int], seccomp_fd: int | None = Non
     # procfs anew); --seccomp: keyctl, io_uring, mount, ptrace, bpf, ... refused (sandbox_seccomp).
     return ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "sandbox",
-            "--size", size, "--tmpfs", "/tmp", "--proc", "/proc", *proc, "--dev", "/dev",
+            "--size", size, "--tmpfs", "/tmp", "--proc", "/proc", *proc, *_dev_args(),
             "--size", size, "--tmpfs", "/dev/shm",
             "--ro-bind", "/usr", "/usr", *links, *ro,
             "--perms", "1777", "--size", size, "--tmpfs", WORKDIR, *put, "--chdir", WORKDIR,
+            # Read-only last: the device nodes --dev binds are the host's inodes (inside, the program's uid
+            # maps to the evaluator's, root when it runs as root), so their mounts must refuse a mode, owner
+            # or time change (EROFS; reading and writing a device node needs no writable mount); and the
+            # root and /dev tmpfs, which take no size, hold nothing the program may write.
+            "--remount-ro", "/dev", "--remount-ro", "/",
             *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
             "--clearenv", *setenv,
             "--", python, "-I", "-B", "guard.py"]
