@@ -357,6 +357,10 @@ def test_the_evaluators_session_keyring_is_not_inherited(hook):
     _syscall(272, 97, "0x10000000"),  # unshare(CLONE_NEWUSER): a nested user namespace
     _syscall(425, 425, "8", "0"),  # io_uring_setup
     _syscall(165, 40, "b'none'", "b'/tmp'", "b'cgroup2'", "0", "0"),  # mount cgroup2
+    _syscall(433, 433, "-100", "b'/'", "0"),  # fspick: passed the old list (issue 41)
+    _syscall(438, 438, "0", "0", "0"),  # pidfd_getfd: passed the old list
+    _syscall(467, 467, "-100", "b'/'", "0", "0", "0"),  # open_tree_attr: the first number not reviewed
+    _syscall(500, 500, "0"),  # any newer number: denied by default
 ])
 @HOOK
 def test_nested_namespaces_io_uring_and_mounts_are_refused(attack, hook):

@@ -278,17 +278,22 @@ _SECCOMP_BLOCK = {
     # init_module finit_module delete_module open_by_handle_at name_to_handle_at fsopen fsconfig
     # fsmount move_mount open_tree mount_setattr process_vm_readv process_vm_writev
     "x86_64": (0xC000003E, (250, 248, 249, 425, 426, 427, 272, 308, 165, 166, 155, 101, 321, 298, 323, 246, 320,
-                            175, 313, 176, 304, 303, 430, 431, 432, 429, 428, 442, 310, 311)),
+                            175, 313, 176, 304, 303, 430, 431, 432, 429, 428, 442, 310, 311, 433, 438)),
     "aarch64": (0xC00000B7, (219, 217, 218, 425, 426, 427, 97, 268, 40, 39, 41, 117, 280, 241, 282, 104, 294,
-                             105, 273, 106, 265, 264, 430, 431, 432, 429, 428, 442, 270, 271)),
+                             105, 273, 106, 265, 264, 430, 431, 432, 429, 428, 442, 270, 271, 433, 438)),
 }
+# ... plus fspick (433) and pidfd_getfd (438), which passed the list (issue 41); and every number from
+# the first one not reviewed on: syscalls added after Linux 6.13's removexattrat (466) -- open_tree_attr
+# (467) was the first -- get EPERM until someone reads them. New syscalls share one numbering on both.
+_SECCOMP_FIRST_UNREVIEWED = 467
 _X32_BIT = 0x40000000
 
 
 def sandbox_seccomp(machine: str | None = None) -> bytes:
     """The classic-BPF seccomp program bwrap installs (``--seccomp FD``): another architecture than
-    the one it was written for is killed; each blocked syscall (and, on x86_64, the x32 ABI) gets
-    EPERM; everything else is allowed. Raises ``SandboxUnavailable`` on an architecture without a table."""
+    the one it was written for is killed; each blocked syscall, every number from
+    ``_SECCOMP_FIRST_UNREVIEWED`` on (not yet reviewed) and, on x86_64, the x32 ABI get EPERM;
+    everything else is allowed. Raises ``SandboxUnavailable`` on an architecture without a table."""
     import platform
     import struct
 
@@ -304,6 +309,7 @@ def sandbox_seccomp(machine: str | None = None) -> bytes:
             (ld_w_abs, 0, 0, 0)]  # seccomp_data.nr
     if machine == "x86_64":
         prog += [(jge_k, 0, 1, _X32_BIT), (ret_k, 0, 0, errno_eperm)]
+    prog += [(jge_k, 0, 1, _SECCOMP_FIRST_UNREVIEWED), (ret_k, 0, 0, errno_eperm)]  # deny by default above
     for nr in nrs:
         prog += [(jeq_k, 0, 1, nr), (ret_k, 0, 0, errno_eperm)]
     prog.append((ret_k, 0, 0, allow))
