@@ -285,3 +285,27 @@ def test_concurrent_processes_generate_the_same_cache_safely(tmp_path):
     import hashlib
     assert hashlib.sha256(train.read_bytes()).hexdigest() == train.with_name(train.name + ".sha256").read_text().strip()
     assert not list(train.parent.glob("*.tmp"))
+
+
+def test_a_field_of_another_type_is_refused_not_coerced(tmp_path):
+    """Issue 41: {"instruction": ["a"], "output": 5} was trained as "['a']" -> "5". Refused with file:line."""
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"instruction": "ok", "output": "fine"}\n{"instruction": ["a"], "output": 5}\n')
+    with pytest.raises(DataError, match=r"t\.jsonl:2: field 'instruction' is a list \(\"\['a'\]\"\), expected a string"):
+        load_local(f)
+    with pytest.raises(DataError, match="field 'output' is a int"):
+        convert_record({"instruction": "x", "output": 5}, "f:1")
+    with pytest.raises(DataError, match="field 'question' is a NoneType"):
+        convert_record({"question": None, "answer": "so #### 4"}, "f:1")
+
+
+def test_a_field_over_the_bound_is_refused_before_tokenising(tmp_path):
+    """One 30 MB line drove training to 15 GB; a field over data.max_field_chars (200,000 by default)
+    refuses its record in one line naming the option; a raised bound admits it."""
+    from numlearn.data.sources import MAX_FIELD_CHARS
+
+    f = tmp_path / "big.jsonl"
+    f.write_text('{"instruction": "q", "output": "' + "7" * (MAX_FIELD_CHARS + 1) + '"}\n')
+    with pytest.raises(DataError, match=r"big\.jsonl:1: field 'output' has 200,001 characters.*data\.max_field_chars"):
+        load_local(f)
+    assert len(load_local(f, max_chars=MAX_FIELD_CHARS + 1)[0]["output"]) == MAX_FIELD_CHARS + 1

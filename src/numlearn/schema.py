@@ -97,6 +97,9 @@ class DataConfig:
     pot: Any = None  # true | false | the share of problems also given as PoT (a float)
     difficulty: Optional[str] = None  # a task variant (numlearn.data.synthetic.DIFFICULTIES); null: the base task
     replay: Optional[int] = None  # with a difficulty: that many base-task problems mixed in (null: none)
+    # a text field longer than this refuses its record with file:line (null: 200,000 characters): one 30 MB
+    # line drove tokenisation to 15 GB; records are bounded before they are tokenised
+    max_field_chars: Optional[int] = None
     # source=local
     files: Optional[List[str]] = None
     limit_per_file: Optional[int] = None

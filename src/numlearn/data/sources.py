@@ -26,16 +26,37 @@ class DataError(ValueError):
 _CALC = re.compile(r"<<[^>]*>>")
 
 
-def convert_record(rec: dict[str, Any], where: str = "") -> dict[str, str]:
+MAX_FIELD_CHARS = 200_000
+
+
+def _text(rec: dict[str, Any], key: str, where: str, max_chars: int) -> str:
+    """A record's text field, as it is: a field of another type (``["a"]``, ``5``) is refused, not
+    coerced to ``"['a']"`` / ``"5"``; a field longer than ``max_chars`` is refused before tokenising."""
+    v = rec[key]
+    if not isinstance(v, str):
+        raise DataError(f"malformed training record {where}: field {key!r} is a {type(v).__name__} "
+                        f"({str(v)[:40]!r}), expected a string")
+    if len(v) > max_chars:
+        raise DataError(f"training record {where}: field {key!r} has {len(v):,} characters, over the "
+                        f"{max_chars:,} allowed; drop the record or raise data.max_field_chars")
+    return v
+
+
+def convert_record(rec: dict[str, Any], where: str = "", max_chars: int | None = None) -> dict[str, str]:
     """One raw record -> ``{"instruction", "output"}``; raises DataError naming the record."""
+    m = max_chars or MAX_FIELD_CHARS
+
+    def t(key):
+        return _text(rec, key, where, m)
+
     if "instruction" in rec and "output" in rec:
-        return {"instruction": str(rec["instruction"]), "output": str(rec["output"])}
-    if "question" in rec and "answer" in rec and "####" in str(rec["answer"]):  # GSM8K
-        body, final = str(rec["answer"]).rsplit("####", 1)
+        return {"instruction": t("instruction"), "output": t("output")}
+    if "question" in rec and "answer" in rec and isinstance(rec["answer"], str) and "####" in rec["answer"]:  # GSM8K
+        body, final = t("answer").rsplit("####", 1)
         body = _CALC.sub("", body).strip()
-        return {"instruction": str(rec["question"]), "output": f"{body}\nThe answer is {final.strip()}."}
+        return {"instruction": t("question"), "output": f"{body}\nThe answer is {final.strip()}."}
     if "problem" in rec and "solution" in rec:  # MATH
-        return {"instruction": str(rec["problem"]), "output": str(rec["solution"])}
+        return {"instruction": t("problem"), "output": t("solution")}
     raise DataError(
         f"malformed training record {where}: fields {sorted(rec)}; expected instruction/output "
         "(MathInstruct), question/answer with '####' (GSM8K) or problem/solution (MATH)"
@@ -74,18 +95,19 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def load_local(path: str | Path, limit: int | None = None) -> list[dict[str, str]]:
+def load_local(path: str | Path, limit: int | None = None, max_chars: int | None = None) -> list[dict[str, str]]:
     recs = read_records(path)[: limit or None]
-    return [convert_record(r, f"{path}:{i + 1}") for i, r in enumerate(recs)]
+    return [convert_record(r, f"{path}:{i + 1}", max_chars) for i, r in enumerate(recs)]
 
 
-def load_hf(name: str, split: str = "train", limit: int | None = None, **kwargs) -> list[dict[str, str]]:
+def load_hf(name: str, split: str = "train", limit: int | None = None, max_chars: int | None = None,
+            **kwargs) -> list[dict[str, str]]:
     import datasets
 
     ds = datasets.load_dataset(name, split=split, **kwargs)
     if limit:
         ds = ds.select(range(min(limit, len(ds))))
-    return [convert_record(dict(r), f"{name}[{i}]") for i, r in enumerate(ds)]
+    return [convert_record(dict(r), f"{name}[{i}]", max_chars) for i, r in enumerate(ds)]
 
 
 def pot_share(pot) -> Fraction:
@@ -153,9 +175,10 @@ def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[
         recs = []
         for f in cfg.files:
             fp = Path(f) if Path(f).is_absolute() else Path(data_root) / f
-            recs.extend(load_local(fp, cfg.get("limit_per_file")))
+            recs.extend(load_local(fp, cfg.get("limit_per_file"), cfg.get("max_field_chars")))
     elif kind == "hf":
-        recs = load_hf(cfg.hf_name, cfg.get("split") or "train", limit, **dict(cfg.get("load_kwargs") or {}))
+        recs = load_hf(cfg.hf_name, cfg.get("split") or "train", limit, cfg.get("max_field_chars"),
+                       **dict(cfg.get("load_kwargs") or {}))
     else:
         raise DataError(f"unknown data source {kind!r}; choose synthetic, local or hf")
     return recs[:limit] if limit else recs
