@@ -354,6 +354,7 @@ class _Cgroups:
     def __init__(self, max_pids: int, memory_bytes: int):
         self.paths: list[str] = []
         roots = _cgroup_roots()
+        _sweep_stale_groups(tuple(r for r in roots.values() if r))
         name = f"numlearn-sandbox-{os.getpid()}-{next(_GROUP_IDS)}-{time.monotonic_ns()}"
         v2 = roots["pids"] is not None and roots["pids"] == roots["memory"]
         settings = {"pids": [("pids.max", str(max_pids))],
@@ -383,22 +384,71 @@ class _Cgroups:
         self.paths = []
 
 
-def _rmdir_group(path: str) -> None:
-    for _ in range(50):
+def _rmdir_group(path: str, patience_s: float = 15.0) -> bool:
+    """Kill what is left in the group, wait until it is empty, remove it. A sandbox whose tmpfs holds
+    ~300,000 files takes seconds to tear down (its mount namespace goes with its last process), longer
+    than the 1 s this once waited, which left the group behind; what still outlasts ``patience_s`` is
+    removed by the next start's ``_sweep_stale_groups``. True when the group is gone."""
+    deadline, wait = time.monotonic() + patience_s, 0.01
+    while True:
         try:
             pids = open(os.path.join(path, "cgroup.procs")).read().split()
         except OSError:
-            break
+            return not os.path.isdir(path)
         for pid in pids:
             try:
                 os.kill(int(pid), signal.SIGKILL)
             except OSError:
                 pass
+        if not pids:
+            try:
+                os.rmdir(path)
+                return True
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(wait)
+        wait = min(wait * 2, 0.25)
+
+
+_SWEPT: set[str] = set()
+
+
+def _sweep_stale_groups(roots: tuple[str, ...]) -> list[str]:
+    """The janitor: remove ``numlearn-sandbox-<pid>-...`` groups whose creating evaluator (``<pid>``) is
+    gone and that hold no process -- left behind by a teardown that outlasted its patience, or by a
+    killed evaluator. Groups of live evaluators (this one included) are never touched. Once per root and
+    process; returns what it removed."""
+    removed = []
+    for root in roots:
+        if root in _SWEPT:
+            continue
+        _SWEPT.add(root)
         try:
-            os.rmdir(path)
-            break
+            names = [n for n in os.listdir(root) if n.startswith("numlearn-sandbox-")]
         except OSError:
-            time.sleep(0.02)
+            continue
+        for name in names:
+            try:
+                owner = int(name.split("-")[2])
+            except (IndexError, ValueError):
+                continue
+            if owner == os.getpid() or _alive(owner):
+                continue
+            if _rmdir_group(os.path.join(root, name), patience_s=2.0):
+                removed.append(os.path.join(root, name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 @lru_cache(maxsize=1)
