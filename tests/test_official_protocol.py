@@ -100,16 +100,26 @@ def test_loader_truths():
 def test_programs_run_as_the_official_executor_runs_them():
     main_guarded = "def f():\n    return 42\nif __name__ == '__main__':\n    print(f())"
     assert run_program(main_guarded).stdout.strip() == "42"  # strict: runs as a script
-    r = run_program(wrap_program(main_guarded))
+    r = _unframed(run_program(wrap_program(main_guarded)))
     assert r.ok and r.stdout == ""  # official: the __main__ block does not run
     star = "from math import *\nprint(sqrt(16))"
     assert run_program(star).stdout.strip() == "4.0"
     assert not run_program(wrap_program(star)).ok  # "import *" inside run_it is a SyntaxError
-    assert run_program(wrap_program("x = 3\nprint(x * 2)")).stdout.strip() == "6"
+    assert _unframed(run_program(wrap_program("x = 3\nprint(x * 2)"))).stdout.strip() == "6"
+
+
+def _unframed(r):
+    """A wrapped program's ProgramResult with its answer out of the frame (``official.unframe``)."""
+    import dataclasses
+
+    from numlearn.evaluation.official import unframe
+
+    u = unframe({"output": r.stdout, "ok": r.ok, "error": r.error})
+    return dataclasses.replace(r, stdout=u["output"], ok=u["ok"], error=u["error"] or r.error)
 
 
 def _official(code: str, **kw):
-    return run_program(wrap_program(code), **(executor_run_kwargs(code) | kw))
+    return _unframed(run_program(wrap_program(code), **(executor_run_kwargs(code) | kw)))
 
 
 # program -> the official answer (None: no result, "" after "The answer is"), each read off
@@ -288,3 +298,21 @@ def test_official_resume_regenerates_program_runs_of_an_earlier_executor(tmp_pat
     assert info["n_stale_lines"] == 1 and info["n_resumed"] == 1 and len(be.prompts) == calls + 1
     assert "earlier emulation of the official executor" in capsys.readouterr().err
     assert [r["pred"] for r in sorted(read_jsonl(out)[0], key=lambda r: r["id"])] == ["", "2"]
+
+
+@pytest.mark.parametrize("attack", [
+    "import os\nos.write(3, b'42')\nos._exit(0)",
+    "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'42')\n    except OSError:\n        pass\nos._exit(0)",
+    "import os, sys\nprint(42)\nsys.stdout.flush()\nos._exit(0)",
+])
+def test_a_program_that_ends_the_executor_itself_has_no_official_answer(attack):
+    """Issue 41: under official, a program wrote its answer to the wrapper's answer descriptor and left
+    with os._exit(0) -- answered, where the executor's forked child answers only through its result queue
+    (no result: the CoT backup runs). The answer now travels in a frame written after exec returned."""
+    from numlearn.evaluation.runner import make_attempt
+
+    att = make_attempt("pot", "p", attack + "\nprint(1)", 5.0)
+    off = att["program"]["official"]
+    assert off["output"] == "" and not off["ok"] and "no answer" in off["error"], off
+    normal = make_attempt("pot", "p", "print(6 * 7)", 5.0)["program"]["official"]
+    assert normal["ok"] and normal["output"] == "42"

@@ -152,7 +152,8 @@ def make_attempts(kind: str, prompts: list[str], completions: list[str], program
     runs = programs.run([c for _, c in codes] + [official.wrap_program(c) for _, c in codes],
                         [None] * len(codes) + [official.executor_run_kwargs(c) for _, c in codes])
     for j, (i, _) in enumerate(codes):
-        atts[i]["program"] = {"strict": runs[j], "official": runs[len(codes) + j] | {"executor": official.EXECUTOR_VERSION}}
+        atts[i]["program"] = {"strict": runs[j],
+                              "official": official.unframe(runs[len(codes) + j]) | {"executor": official.EXECUTOR_VERSION}}
     return atts
 
 
