@@ -316,3 +316,12 @@ def test_a_program_that_ends_the_executor_itself_has_no_official_answer(attack):
     assert off["output"] == "" and not off["ok"] and "no answer" in off["error"], off
     normal = make_attempt("pot", "p", "print(6 * 7)", 5.0)["program"]["official"]
     assert normal["ok"] and normal["output"] == "42"
+
+
+def test_a_10_mb_answer_is_answered_under_official_as_by_the_executor():
+    """Issue 41, item 13: the executor keeps stdout in memory with no bound, so a program printing 10 MB
+    is answered there; the old 8 MB cap sent it to the CoT backup. Strict keeps its 64 KB cap."""
+    code = "print('7' * (10 * 2**20))"
+    r = _official(code, timeout_s=20)
+    assert r.ok and len(r.stdout) == 10 * 2**20 and r.stdout[:3] == "777", (r.ok, r.error, len(r.stdout))
+    assert not run_program(code, timeout_s=20).ok  # strict: the 64 KB output cap

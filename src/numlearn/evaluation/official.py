@@ -337,7 +337,10 @@ EXECUTOR_HEAVY = {"numpy": ("numpy", "np.", "scipy", "pandas", "sympy"), "sympy"
 # Bounds the official executor does not have, kept as safety bounds under the OS sandbox; the programs
 # they stop are counted in each result (``n_program_memory_capped``, ``n_program_output_capped``).
 EXECUTOR_MEMORY_MB = 4096
-EXECUTOR_MAX_OUTPUT_BYTES = 8 << 20
+# The executor keeps stdout in a StringIO, bounded by memory alone: a 10 MB answer is answered there (it fell
+# back to the CoT backup under the old 8 MB, issue 41). 256 MB: far above any answer seen, and within the
+# 4 GB memory cap the StringIO shares; a program past it is counted (n_program_output_capped).
+EXECUTOR_MAX_OUTPUT_BYTES = 256 << 20
 
 
 def executor_preload(code: str) -> tuple[str, ...]:
