@@ -69,6 +69,7 @@ ABLATION_ROWS = ("mle", "del", "del_paper", "del_nopw", "mixce", "emo")
 ABLATION_CONTROLS = ("del_ce:1.28", "del_ce:0.32", "del_ce_nopw:0.32", "del_bent:0.32")
 ABLATION_GRID = {"del": (0.001, 0.003, 0.01, 0.1, 0.32, 1.28, 2.56), "del_paper": (0.001, 0.01, 0.1, 0.32, 1.28)}
 ABLATION_OUT = Path("results/ablation_tiny")
+ABLATION_MODEL = "tiny"  # the store's model level: the chunked study's tiny_chunk3 runs share the experiment
 # Tokenizers that group digits (issue 28), on the Table 1 recipe and store: the tiny model with a tokenizer
 # that cuts every digit run into tokens of up to three digits, left to right, as Llama-3 does
 # (model=tiny_chunk3). MLE with single-digit tokens (Table 1's row, reused) against MLE chunked: the
@@ -842,7 +843,7 @@ def ablation(a, seeds: list[int], live) -> int:
         return 1
     command = a.command or (f"make ablation-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
     rc = sweep_report(len(sweep_seeds), ABLATION_GRID, experiment=a.experiment, store=a.store, out=a.out / "sweep",
-                      command=command, only_grid=True)
+                      command=command, only_grid=True, model=ABLATION_MODEL)
     if rc != 0:
         return rc
     chosen = [r for r in selected_rows(a.out / "sweep" / "selected.json") if r not in rows]
