@@ -248,10 +248,14 @@ def test_the_chunked_tokenizer_table_end_to_end_on_a_shrunken_rehearsal(tmp_path
 def test_a_running_job_says_its_step_its_eta_and_its_log(tmp_path):
     """250 of 1,000 steps in 100 s: 750 left at 0.4 s each, ETA 300 s = 5 min; a tqdm bar reads the same;
     a line without a count is shown as it is."""
-    job = Job("del seed=0", [], tmp_path / "del.log")
+    job = Job("del seed=0", [], tmp_path / "del.log", phase="train")
     job.phase_started = 1000.0
     note = job.progress_note("step 250/1000 loss=1.2 loss/ce=0.9", now=1100.0)
     assert note == f"step 250/1000, ETA 5 min  (log: {tmp_path / 'del.log'})"
+    # a save's 1/1 bar after the last step line is not the step count
+    saved = "step 950/1000 loss=1\nWriting model shards: 100%|##| 1/1 [00:00<00:00]"
+    assert job.progress_note(saved, now=1100.0).startswith("step 950/1000, ETA 5 s")
+    job.phase = "evaluate"
     assert job.progress_note("cot:  40%|####  | 80/200 [00:30<00:45]", now=1030.0).startswith("80/200, ETA 45 s")
     assert job.progress_note("[numlearn.evaluate] loading", now=1030.0) == "[numlearn.evaluate] loading"
 

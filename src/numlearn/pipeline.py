@@ -311,10 +311,15 @@ class Job:
         mark = {"done": "ok ", "failed": "ERR", "skipped": "-- "}.get(self.phase, ">> " if self.started else ".. ")
         return f"{mark} {self.name:<32} {self.phase:<9} {t}  {self.note}"[:200]
 
-    def progress_note(self, last_line: str, now: float) -> str:
-        """What a person reads while a step runs: ``step 350/1000, ETA 3 min`` from the training's step
-        lines (``step N/M ...``) or a progress bar's ``N/M``, with the log's path; else the log's last line."""
-        m = _STEP.search(last_line) or _BAR.search(last_line)
+    def progress_note(self, tail: str, now: float) -> str:
+        """What a person reads while a step runs: ``step 350/1000, ETA 3 min`` from the training's last
+        step line (``step N/M ...``), else a progress bar's ``N/M`` on the last line, with the log's path;
+        else the log's last line. ``tail``: the log's last lines (a save's ``1/1`` bar after the last step
+        line is not the step count)."""
+        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+        last_line = lines[-1] if lines else ""
+        m = next((m for ln in reversed(lines) if (m := _STEP.search(ln))), None) if self.phase == "train" else None
+        m = m or _BAR.search(last_line)
         if not m:
             return last_line
         done, total = int(m.group(1)), int(m.group(2))
@@ -446,14 +451,18 @@ class Progress:
                 print(f"   {self.summary()}", file=self.stream, flush=True)
 
 
-def _last_line(log: Path) -> str:
+def _tail(log: Path, size: int = 4096) -> str:
+    """The log's last ``size`` bytes, carriage returns (progress bars) as line ends."""
     try:
         with log.open("rb") as f:
-            f.seek(max(0, log.stat().st_size - 4096))
-            tail = f.read().decode("utf-8", "replace").replace("\r", "\n").splitlines()
+            f.seek(max(0, log.stat().st_size - size))
+            return f.read().decode("utf-8", "replace").replace("\r", "\n")
     except OSError:
         return ""
-    return next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
+
+
+def _last_line(log: Path) -> str:
+    return next((ln.strip() for ln in reversed(_tail(log).splitlines()) if ln.strip()), "")
 
 
 def run_job(job: Job, progress: Progress, stop: threading.Event, env: dict) -> None:
@@ -471,7 +480,7 @@ def run_job(job: Job, progress: Progress, stop: threading.Event, env: dict) -> N
             p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             job.procs.append(p)
             while p.poll() is None:
-                job.note = job.progress_note(_last_line(job.log), time.time())
+                job.note = job.progress_note(_tail(job.log), time.time())
                 time.sleep(0.5)
             job.procs.remove(p)
             if p.returncode != 0:
