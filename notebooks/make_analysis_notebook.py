@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt
 from IPython.display import display, Markdown
 
 ROOT = Path(os.environ.get("NUMLEARN_ROOT", "..")).resolve()
-RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "results/runs/table1_tiny"))
+RUNS = Path(os.environ.get("NUMLEARN_NB_RUNS", ROOT / "results/runs/table1_tiny/tiny"))  # the tiny model (tiny_chunk3 is another recipe)
 SWEEP = Path(os.environ.get("NUMLEARN_NB_SWEEP", ROOT / "results/runs/table1_tiny/tiny"))
 MAX_EXAMPLES = int(os.environ.get("NUMLEARN_NB_MAX_EXAMPLES", "200"))
 print("runs:", RUNS.relative_to(ROOT) if RUNS.is_relative_to(ROOT) else RUNS)""")
@@ -43,13 +43,26 @@ if df["numerical_distance"].notna().any():
 md("## Per-digit-position accuracy")
 code("""dig = digit_table(df)
 cols_to_plot = [c for c in dig.index.get_level_values("column").unique()]
-fig, axes = plt.subplots(1, len(cols_to_plot), figsize=(5 * len(cols_to_plot), 3.5), squeeze=False)
-for ax, col in zip(axes[0], cols_to_plot):
+# two panels a row, one legend for all of them below (a legend per panel covered the curves)
+ncols = 2
+nrows = -(-len(cols_to_plot) // ncols)
+fig, axes = plt.subplots(nrows, ncols, figsize=(12, 3.8 * nrows), squeeze=False)
+# one colour and line style per row, the same in every panel (tab20 x 3 styles)
+rows = sorted({r for col in cols_to_plot for r in dig.xs(col, level="column").droplevel("model").index})
+style = {r: (plt.get_cmap("tab20")(i % 20), ("-", "--", ":")[i // 20 % 3]) for i, r in enumerate(rows)}
+for ax, col in zip(axes.flat, cols_to_plot):
     sub = dig.xs(col, level="column").droplevel("model")
-    sub.T.plot(ax=ax, marker="o")
+    for r, vals in sub.iterrows():
+        ax.plot(range(len(vals)), vals.to_numpy(), marker="o", ms=3, color=style[r][0], ls=style[r][1], label=r)
+    ax.set_xticks(range(len(sub.columns)), sub.columns)
     ax.set_title(col); ax.set_ylabel("digit accuracy (%)"); ax.set_xlabel("position")
     ax.tick_params(axis="x", rotation=45); ax.grid(alpha=0.3)
-fig.tight_layout(); plt.show()""")
+for ax in list(axes.flat)[len(cols_to_plot):]:
+    ax.set_visible(False)
+handles = [plt.Line2D([], [], color=style[r][0], ls=style[r][1], marker="o", ms=3) for r in rows]
+labels = rows
+fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+fig.tight_layout(rect=(0, 0.06 + 0.02 * (len(labels) // 4), 1, 1)); plt.show()""")
 md("## Loss-weight sweep (validation split; mean and 95% seed CI per weight)")
 code("""from numlearn.reporting.sweep import plot, sweep_table
 try:
