@@ -171,3 +171,20 @@ class _SpaceyNumberTokenizer:
 @pytest.fixture
 def spacey_number_tokenizer():
     return _SpaceyNumberTokenizer()
+
+
+@pytest.fixture(scope="module")
+def saved_tiny_model(tmp_path_factory, tiny_tokenizer):
+    """A config-built 2-layer Qwen2 with the tiny tokenizer, saved to a directory (evaluation tests)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = tmp_path_factory.mktemp("tiny_model")
+    cfg = AutoConfig.for_model("qwen2", vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                               max_position_embeddings=512, eos_token_id=tiny_tokenizer.eos_token_id,
+                               pad_token_id=tiny_tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    tiny_tokenizer.save_pretrained(d)
+    return d

@@ -148,22 +148,6 @@ def test_altered_or_missing_benchmark_file_is_a_clear_error(data_dir, tmp_path):
         load_benchmark(bcfg, tmp_path / "nope", tmp_path)
 
 
-@pytest.fixture(scope="module")
-def saved_tiny_model(tmp_path_factory, tiny_tokenizer):
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    d = tmp_path_factory.mktemp("tiny_model")
-    cfg = AutoConfig.for_model("qwen2", vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64,
-                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-                               max_position_embeddings=512, eos_token_id=tiny_tokenizer.eos_token_id,
-                               pad_token_id=tiny_tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
-    tiny_tokenizer.save_pretrained(d)
-    return d
-
-
 def test_hf_backend_batched_equals_single_and_honours_stops(saved_tiny_model):
     from numlearn.evaluation.backends import get_backend
 

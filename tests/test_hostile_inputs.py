@@ -161,7 +161,7 @@ def test_a_copied_run_dir_keeps_its_fingerprint_and_a_retrained_one_does_not(tmp
     import shutil
     import time
 
-    from numlearn.evaluate import model_fingerprint
+    from numlearn.provenance import model_fingerprint
 
     m = tmp_path / "run" / "final"
     m.mkdir(parents=True)
@@ -213,3 +213,102 @@ def _result(d: Path, loss: str):
         "run": {"experiment": "t", "model": "tiny", "loss": loss, "alpha": 1.0, "seed": 0},
         "benchmark": {"name": "b", "kind": "number"}, "mode": "cot",
         "metrics": {"accuracy": 0.5, "n": 2}, "correct_by_id": {"0": 1, "1": 0}}))
+
+
+# ---------------------------------------------------------------- replayed generations (issue 41, item 7)
+def _chained_evaluation(saved_tiny_model, tmp_path, monkeypatch):
+    """A real ``run_evaluation`` (synthetic_test, PoT, 4 problems) whose backend writes a wrong program for
+    every problem: accuracy 0, every line with a program run."""
+    from hydra import compose, initialize_config_dir
+
+    import numlearn.evaluate as ev
+
+    monkeypatch.setattr(ev, "backend_from_config", lambda *a, **k: ScriptedBackend(
+        lambda p: "x = 1\nprint(x)" if "program" in p else "The answer is 1."))
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose("evaluate", overrides=[f"model_path={saved_tiny_model}", f"eval_dir={tmp_path}/eval",
+                                             f"paths.cache_dir={tmp_path}/cache", "eval.modes=[pot]",
+                                             "eval.benchmarks.synthetic_test.generator.n=4",
+                                             "eval.benchmarks.synthetic_ood.generator.n=1"])
+    files = ev.run_evaluation(cfg)
+    return cfg, files[0], files[0].with_name("generations.jsonl")
+
+
+def _forge(gens: Path, n: int = 2) -> None:
+    """The reported attack: two lines given a fabricated program run that prints the right answer."""
+    rows = [json.loads(x) for x in gens.read_text().splitlines()]
+    for r in rows[:n]:
+        att = r["attempts"][0]
+        att["completion"] = f"print({r['gt_raw']})"
+        for side in ("strict", "official"):
+            att["program"][side] = {**att["program"][side], "output": f"{r['gt_raw']}\n", "ok": True, "error": None}
+        r.update({"pred": str(r["gt_raw"]), "correct": True})
+    gens.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return rows
+
+
+def test_forged_lines_break_the_chain_for_check_and_resume(saved_tiny_model, tmp_path, monkeypatch, capsys):
+    from numlearn.evaluation.score import main as score_main
+
+    cfg, result, gens = _chained_evaluation(saved_tiny_model, tmp_path, monkeypatch)
+    stored = json.loads(result.read_text())
+    assert stored["metrics"]["accuracy"] == 0.0
+    chain = stored["generation"]["chain"]
+    assert chain["lines"] == 4 and chain["head"] == json.loads(gens.read_text().splitlines()[-1])["chain"]
+    assert score_main([str(gens), "--check"]) == 0
+    _forge(gens)
+    capsys.readouterr()
+    assert score_main([str(gens), "--check"]) == 1  # before: "matches result.json"
+    assert "hash chain broken at line 1" in capsys.readouterr().err
+    import numlearn.evaluate as ev
+
+    with pytest.raises(RuntimeError, match=r"line 1 \(id [\w-]+\) breaks the generations' hash chain"):
+        ev.run_evaluation(cfg)  # resume refuses, in one line; nothing rescored from the forged lines
+    assert json.loads(result.read_text())["metrics"]["accuracy"] == 0.0
+
+
+def test_a_forger_who_recomputes_the_chain_is_caught_by_rerunning_the_programs(saved_tiny_model, tmp_path,
+                                                                              monkeypatch, capsys):
+    """A keyless chain can be recomputed and the head in result.json replaced: the recorded program runs
+    cannot be made to agree with what the programs print when run again."""
+    from numlearn.evaluation.runner import chain_seed, line_digest
+    from numlearn.evaluation.score import main as score_main
+
+    _, result, gens = _chained_evaluation(saved_tiny_model, tmp_path, monkeypatch)
+    assert score_main([str(gens), "--check", "--rerun-programs"]) == 0
+    assert "4 recorded program run(s) re-executed: all outputs agree" in capsys.readouterr().err
+    stored = json.loads(result.read_text())
+    rows = _forge(gens)
+    for r in rows:  # fabricated outputs, but the completion kept as generated: only re-running shows it
+        r["attempts"][0]["completion"] = "x = 1\nprint(x)"
+    head = chain_seed(stored["generation"]["chain"]["run_key"])
+    for r in rows:
+        r["chain"] = head = line_digest(head, r)
+    gens.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    stored["generation"]["chain"]["head"] = head
+    result.write_text(json.dumps(stored))
+    capsys.readouterr()
+    assert score_main([str(gens), "--check"]) == 1  # the metrics differ from the forged result's ...
+    stored["metrics"]["accuracy"], stored["correct_by_id"] = 0.5, {r["id"]: r["correct"] for r in rows}
+    from numlearn.evaluation.score import rescore_records
+
+    stored["metrics"] = rescore_records([json.loads(x) for x in gens.read_text().splitlines()], stored,
+                                        stored["protocol"])[0]
+    result.write_text(json.dumps(stored))
+    capsys.readouterr()
+    assert score_main([str(gens), "--check"]) == 0  # ... until those are forged too: chain and metrics agree
+    assert score_main([str(gens), "--check", "--rerun-programs"]) == 1
+    err = capsys.readouterr().err
+    assert "4 differ" in err, err  # the strict and official runs of both forged lines
+
+
+def test_unchained_lines_of_an_earlier_numlearn_are_regenerated(tmp_path, capsys):
+    out = tmp_path / "g.jsonl"
+    be = ScriptedBackend(lambda p: "The answer is 0.")
+    evaluate_problems(_problems(3), be, "svamp", "cot", SAMPLING, out)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "chain"}) + "\n" for r in rows))
+    calls = be.calls
+    info = evaluate_problems(_problems(3), be, "svamp", "cot", SAMPLING, out)
+    assert info["n_stale_lines"] == 3 and be.calls > calls and "before generations were hash-chained" in capsys.readouterr().err
+    assert info["chain"]["lines"] == 3

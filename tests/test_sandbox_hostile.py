@@ -503,3 +503,46 @@ def test_the_janitor_removes_groups_of_dead_evaluators_only(tmp_path):
         for d in stale + live:
             if os.path.isdir(d):
                 os.rmdir(d)
+
+
+# ---------------------------------------------------------------- stop kinds (issue 41, item 5)
+# A memory stop is what the supervisor saw (the memory cgroup's OOM-kill count), never what the program
+# printed or how it exited: before, `sys.exit(98)` or a last stderr line "MemoryError" was counted in
+# n_program_memory_capped, and a real cgroup kill was recorded as "exit status 137".
+@pytest.mark.parametrize("forgery", [
+    "import sys\nprint(41)\nsys.exit(98)",
+    "import sys\nprint(41)\nsys.stderr.write('Traceback\\nMemoryError\\n')\nsys.exit(1)",
+    "print(41)\nraise MemoryError('pretend')",
+    "import sys\nprint(41)\nsys.stderr.write('numpy.core._exceptions._ArrayMemoryError: Unable to allocate\\n')\nsys.exit(137)",
+])
+def test_a_program_cannot_claim_a_memory_stop(forgery):
+    from numlearn.evaluation.runner import _run as run_one
+
+    r = run_program(forgery)
+    assert not r.ok and not r.memory_limited, r
+    assert "stop" not in run_one(forgery, 5.0, False), "a forged MemoryError was counted as our memory stop"
+
+
+def test_a_memory_cgroup_kill_is_a_memory_stop():
+    from numlearn.evaluation.sandbox import memory_stops_observed
+
+    if not memory_stops_observed():
+        pytest.skip("no memory cgroup that counts its OOM kills here: memory stops cannot be observed (the "
+                    "degraded mode of docs/sandbox.md)")
+    from numlearn.evaluation.runner import _run as run_one
+
+    code = "b = b'x' * (900 << 20)\nprint(len(b))"  # touched pages: the group (256 + tmpfs MB) kills it
+    r = run_program(code, memory_mb=256, timeout_s=20)
+    assert not r.ok and r.memory_limited and "memory cgroup" in r.error, r
+    assert run_one(code, 20.0, False, {"memory_mb": 256})["stop"] == "memory"
+    ok = run_program("b = b'x' * (100 << 20)\nprint(len(b))", memory_mb=256)
+    assert ok.ok and not ok.memory_limited, ok
+
+
+def test_without_a_memory_cgroup_a_memory_error_is_the_programs_own(monkeypatch):
+    """The degraded mode: RLIMIT_AS is the cap and what hit it cannot be observed, so nothing is counted."""
+    from numlearn.evaluation import sandbox
+
+    monkeypatch.setattr(sandbox._Cgroups, "oom_kills", lambda self: None)
+    r = run_program("b = b'x' * (900 << 20)\nprint(len(b))", memory_mb=256, timeout_s=20)
+    assert not r.ok and not r.memory_limited and "MemoryError" in r.error, r

@@ -116,6 +116,58 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
                 sys.exit(f"{prog}: error: unknown {key} {v!r}; choose one of: {', '.join(choices)}")
 
 
+_IO_ERRNOS = {28: "no space left on the device", 122: "disk quota exceeded", 30: "a read-only file system",
+              13: "permission denied"}
+_IO_TEXTS = {"No space left on device": 28, "os error 28": 28, "Read-only file system": 30, "os error 30": 30,
+             "Disk quota exceeded": 122}
+
+
+def io_failure(err: BaseException) -> str | None:
+    """One line for an exception that is the output's storage failing (full disk, quota, read-only or
+    unwritable output dir) -- raised as ``OSError`` by Python, or as text by safetensors' and torch's
+    writers -- and None for anything else. What was written before stays incomplete: a run dir without
+    its final weights, or a generations file whose last line is cut, is resumed, never taken as done."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        code = err.errno if isinstance(err, OSError) and err.errno in _IO_ERRNOS else None
+        code = code or next((c for t, c in _IO_TEXTS.items() if t in str(err)), None)
+        if code is not None:
+            where = f" ({err.filename})" if isinstance(err, OSError) and err.filename else ""
+            fix = ("free space there or point paths.output_dir elsewhere" if code in (28, 122) else
+                   "make it writable or point paths.output_dir at a writable directory")
+            return (f"cannot write the output{where}: {_IO_ERRNOS[code]}; {fix}, then re-run the same command "
+                    "(it resumes; nothing half-written is taken as complete)")
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def check_output_writable(argv: list[str], prog: str) -> None:
+    """Before Hydra creates the run dir (its own failure is a traceback): the output root given by
+    ``paths.output_dir=`` (or ``NUMLEARN_OUTPUT_DIR``, or ./outputs), or its nearest existing parent, must
+    be writable; one line otherwise."""
+    out = os.environ.get("NUMLEARN_OUTPUT_DIR") or "outputs"
+    for arg in argv[1:]:
+        if arg.lstrip("+").startswith("paths.output_dir="):
+            out = arg.split("=", 1)[1]
+    if "${" in out or "," in out:
+        return
+    p = Path(out).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not os.access(p, os.W_OK):
+        why = "a read-only file system" if _read_only(p) else "not writable by this user"
+        sys.exit(f"{prog}: error: cannot write the output under {p}: {why}; make it writable or pass "
+                 "paths.output_dir=<a writable directory>")
+
+
+def _read_only(p: Path) -> bool:
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def fail(prog: str, err: Exception, run_dir=None, output_root=None) -> None:
     if run_dir is not None:
         remove_if_junk(run_dir, output_root)

@@ -15,7 +15,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from numlearn.cli import check_group_overrides, conf_dir, fail, offline_if_hub_unreachable
+from numlearn.cli import (
+    check_group_overrides,
+    check_output_writable,
+    conf_dir,
+    fail,
+    io_failure,
+    offline_if_hub_unreachable,
+)
+from numlearn.provenance import model_fingerprint
 
 
 def backend_from_config(ecfg, model_path: str, seed: int = 0):
@@ -156,33 +164,6 @@ def _in_hub_cache(name: str) -> bool:
         return False
 
 
-def model_fingerprint(model_path: str) -> str:
-    """A local model directory: its files' names, sizes and contents, so a retrained run changes it
-    and a copy (another path, new mtimes) does not -- generations resume from a copied run dir. A
-    file over 64 MB is sampled (its size and three 4 MB windows: retraining rewrites every byte);
-    a hub name: the name."""
-    import hashlib
-
-    p = Path(model_path)
-    if not p.is_dir():
-        return model_path
-    h = hashlib.sha256()
-    for f in sorted(p.rglob("*")):
-        if f.is_file():
-            size = f.stat().st_size
-            h.update(f"{f.relative_to(p)}:{size}:".encode())
-            with open(f, "rb") as fh:
-                if size <= 64 << 20:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
-                else:
-                    for at in (0, size // 2, size - (4 << 20)):
-                        fh.seek(at)
-                        h.update(fh.read(4 << 20))
-            h.update(b"\n")
-    return f"dir@{h.hexdigest()[:16]}"
-
-
 def generation_key(model_key: dict, sampling) -> str:
     return json.dumps({**model_key, "sampling": sampling.as_dict()}, sort_keys=True)
 
@@ -194,12 +175,17 @@ def _main(cfg: DictConfig) -> None:
 
     try:
         run_evaluation(cfg)
-    except (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable) as e:
+    except Exception as e:  # noqa: BLE001 - one line for what users cause; anything else keeps its trace
+        if (line := io_failure(e)) is not None and not os.environ.get("NUMLEARN_DEBUG"):
+            sys.exit(f"numlearn.evaluate: error: {line}")
+        if not isinstance(e, (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable)):
+            raise
         fail("numlearn.evaluate", e, cfg.get("run_dir"), cfg.paths.output_dir)
 
 
 def main() -> None:
     check_group_overrides(sys.argv, "numlearn.evaluate")
+    check_output_writable(sys.argv, "numlearn.evaluate")
     offline_if_hub_unreachable("numlearn.evaluate")
     _main()
 

@@ -60,9 +60,33 @@ def environment() -> dict[str, object]:
         info["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         info["cpu_count"] = os.cpu_count()
         info["torch_threads"] = torch.get_num_threads()
+        info["cpu"] = cpu_description()
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     except ImportError:  # pragma: no cover
         pass
     return info
+
+
+# The CPU features that choose torch's and MKL's float kernels on x86 (a training on another set gives other
+# weights from the same seed: the same code, recipe and packages reproduce bit for bit only on the same ISA).
+_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "asimd", "sve")
+
+
+def cpu_description() -> str:
+    """``<model name> [flags]`` from /proc/cpuinfo, e.g. ``Intel(R) Xeon(R) Processor [avx2 avx512f amx_tile]``."""
+    model, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model is None:
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    model = model or platform.processor() or "unknown CPU"
+    return f"{model} [{' '.join(f for f in _ISA_FLAGS if f in flags)}]"
 
 
 def provenance(cwd=None) -> dict[str, object]:
@@ -85,3 +109,31 @@ def check_output_dir(path, flag: str) -> None:
             if not q.is_dir():
                 raise ValueError(f"{flag} {path}: {q} is a file, not a directory; name a directory")
             break
+
+
+def model_fingerprint(model_path: str) -> str:
+    """A local model directory: its files' names, sizes and contents, so a retrained run changes it
+    and a copy (another path, new mtimes) does not -- generations resume from a copied run dir. A
+    file over 64 MB is sampled (its size and three 4 MB windows: retraining rewrites every byte);
+    a hub name: the name."""
+    import hashlib
+    from pathlib import Path
+
+    p = Path(model_path)
+    if not p.is_dir():
+        return model_path
+    h = hashlib.sha256()
+    for f in sorted(p.rglob("*")):
+        if f.is_file():
+            size = f.stat().st_size
+            h.update(f"{f.relative_to(p)}:{size}:".encode())
+            with open(f, "rb") as fh:
+                if size <= 64 << 20:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+                else:
+                    for at in (0, size // 2, size - (4 << 20)):
+                        fh.seek(at)
+                        h.update(fh.read(4 << 20))
+            h.update(b"\n")
+    return f"dir@{h.hexdigest()[:16]}"

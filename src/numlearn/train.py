@@ -16,7 +16,14 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from numlearn.cli import check_group_overrides, conf_dir, fail, offline_if_hub_unreachable
+from numlearn.cli import (
+    check_group_overrides,
+    check_output_writable,
+    conf_dir,
+    fail,
+    io_failure,
+    offline_if_hub_unreachable,
+)
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="config")
@@ -34,10 +41,15 @@ def _main(cfg: DictConfig) -> None:
         if os.environ.get("NUMLEARN_DEBUG"):
             raise
         fail("numlearn.train", e, cfg.get("run_dir"), cfg.paths.output_dir)
+    except Exception as e:  # a full disk or read-only output: one line (the run dir resumes)
+        if (line := io_failure(e)) is None or os.environ.get("NUMLEARN_DEBUG"):
+            raise
+        sys.exit(f"numlearn.train: error: {line}")
 
 
 def main() -> None:
     check_group_overrides(sys.argv, "numlearn.train")
+    check_output_writable(sys.argv, "numlearn.train")
     offline_if_hub_unreachable("numlearn.train")
     _main()
 

@@ -28,7 +28,8 @@ METRIC_NOTES = {
                      "truth parses; an unparsable or empty prediction is wrong in every slot)",
     "digit_acc_official": "protocol official only: run_open.py's per-digit accuracy, over the problems where the "
                           "answer and the truth both pass float() (its n_problems)",
-    "n_program_memory_capped": "programs stopped by our sandbox's memory cap (the official executor has none)",
+    "n_program_memory_capped": "programs the sandbox's memory cgroup killed, as observed by the supervisor (the "
+                               "official executor has no cap; none counted where no cgroup observes kills)",
     "n_program_output_capped": "programs whose output passed our cap (the official executor keeps all of it)",
 }
 MAX_POSITIONS = 8

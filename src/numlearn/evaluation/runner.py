@@ -14,9 +14,11 @@ its own rule says so.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from numlearn.data.prompts import MC_PRIMER, POT_SUFFIX, format_prompt
@@ -59,6 +61,71 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], int]:
     return recs, bad
 
 
+# -- the hash chain (issue 41, item 7): each line carries ``chain``, the sha256 of the previous line's digest
+# (the first line's: the run's seed) and the line's own JSON without it. The seed hashes the run key: the
+# model and sampling (``generation_key``) and the sandbox settings the programs ran under. A line edited
+# after it was written breaks the chain there; result.json records the head, so ``score --check`` sees
+# an edit, and ``--rerun-programs`` re-executes the recorded programs (a forger can recompute a keyless
+# chain, not the programs' outputs).
+CHAIN_FORMAT = "numlearn-generations/1"
+
+
+def run_key(generation_key: str, pot_timeout_s: float, allow_unsafe_exec: bool) -> str:
+    """What a generations file's lines come from: model and sampling, and the sandbox settings."""
+    return json.dumps({"generation": generation_key, "sandbox": {"pot_timeout_s": float(pot_timeout_s),
+                                                                 "allow_unsafe_exec": bool(allow_unsafe_exec)}},
+                      sort_keys=True)
+
+
+def chain_seed(key: str) -> str:
+    return hashlib.sha256(f"{CHAIN_FORMAT}\n{key}".encode()).hexdigest()
+
+
+def line_digest(prev: str, row: dict) -> str:
+    body = json.dumps({k: v for k, v in row.items() if k != "chain"}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(f"{prev}\n{body}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass
+class ChainWalk:
+    head: str  # the digest of the last line that verified (the seed when none did)
+    lines: int  # lines that verified, in order
+    verified: set = field(default_factory=set)  # their ids
+    broken_at: int | None = None  # the 1-based line number where the chain breaks
+    broken_id: str | None = None
+    unchained: int = 0  # lines written before generations were chained (no ``chain`` field)
+
+
+def walk_chain(path: str | Path, key: str) -> ChainWalk:
+    """Verify a generations file's chain from the seed of ``key``. Lines ``read_jsonl`` drops (not JSON,
+    no id, exact repeats of a line already read) are skipped; a line without ``chain`` ends the walk as
+    unchained; the first line whose digest is not its predecessor's successor is where it breaks."""
+    walk, seen = ChainWalk(chain_seed(key), 0), set()
+    p = Path(path)
+    if not p.exists():
+        return walk
+    lines = p.read_text(encoding="utf-8", errors="replace").split("\n")
+    for no, line in enumerate(lines, 1):
+        if not line.strip() or line in seen:
+            continue
+        seen.add(line)
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(r, dict) or "id" not in r:
+            continue
+        if "chain" not in r:
+            walk.unchained = sum(1 for x in lines[no - 1:] if x.strip())
+            return walk
+        if r["chain"] != line_digest(walk.head, r):
+            walk.broken_at, walk.broken_id = no, str(r["id"])
+            return walk
+        walk.head, walk.lines = r["chain"], walk.lines + 1
+        walk.verified.add(r["id"])
+    return walk
+
+
 class GenerationsLock(RunDirLock):
     """An exclusive lock on a generations file for one evaluation (``<file>.lock``, ``flock``): a
     second evaluation of the same run dir stops with one line instead of appending every line twice."""
@@ -76,8 +143,6 @@ def _last_byte(path: Path) -> bytes:
 def row_fingerprint(generation_key: str, first_prompt: str) -> str:
     """What a generations line was produced from: the model and sampling (``generation_key``) and
     the prompt. Resume reuses a line only when this matches."""
-    import hashlib
-
     return hashlib.sha256(f"{generation_key}\n{first_prompt}".encode()).hexdigest()[:20]
 
 
@@ -229,11 +294,21 @@ def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot
 
     done, bad = read_jsonl(out_path)
     expected = {p.id: row_fingerprint(generation_key, first_prompt(p)) for p in problems}
+    key = run_key(generation_key, pot_timeout_s, allow_unsafe_exec)
+    walk = walk_chain(out_path, key)
     stale = [r for r in done if r["id"] in expected and r.get("fingerprint") != expected[r["id"]]]
     if stale:
         print(f"[numlearn.evaluate] {len(stale)} line(s) of {out_path} came from another model, sampling setting "
               "or prompt; regenerating them", file=sys.stderr, flush=True)
     stale_ids = {id(r) for r in stale}
+    _check_chain(walk, out_path, done, stale_ids)
+    if walk.unchained:
+        unchained = [r for r in done if r["id"] not in walk.verified and id(r) not in stale_ids]
+        if unchained:
+            print(f"[numlearn.evaluate] {len(unchained)} line(s) of {out_path} were written before generations were "
+                  "hash-chained; regenerating them", file=sys.stderr, flush=True)
+            stale += unchained
+            stale_ids = {id(r) for r in stale}
     old = [r for r in done if r["id"] in expected and id(r) not in stale_ids and scorer.emulates_executor
            and _old_executor(r)]
     if old:
@@ -245,10 +320,13 @@ def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot
         stale_ids = {id(r) for r in stale}
         done = [r for r in done if id(r) not in stale_ids]
     ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or _last_byte(out_path) == b"\n"
+    head = walk.head
     if bad or stale or not ends_cleanly:  # rewrite, so every line is whole and the next append starts a line
         tmp = out_path.with_name(out_path.name + ".tmp")
+        head = chain_seed(key)
         with open(tmp, "w", encoding="utf-8") as f:
-            for r in done:
+            for r in done:  # every kept line verified above; chained anew, in order
+                r["chain"] = head = line_digest(head, r)
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         tmp.replace(out_path)
     done_ids = {r["id"] for r in done}
@@ -256,14 +334,27 @@ def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot
     bar = _Progress(len(todo), f"{benchmark.name}/{mode}")
     t0 = time.time()
     before = dict(getattr(backend, "stats", None) or {})
-    n_backups = 0
     with ProgramExecutor(pot_timeout_s, allow_unsafe_exec, program_workers) as programs:
-        n_backups = _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark,
-                                      expected, programs, out_path, scorer, force_choice_letter, symbolic_math, bar)
+        n_backups, head = _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark,
+                                            expected, programs, out_path, scorer, force_choice_letter, symbolic_math,
+                                            bar, head)
     bar.close()
     return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
             "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2),
+            "chain": {"format": CHAIN_FORMAT, "run_key": key, "head": head, "lines": len(done) + len(todo)},
             **_throughput(before, getattr(backend, "stats", None))}
+
+
+def _check_chain(walk: ChainWalk, out_path: Path, done: list[dict], stale_ids: set[int]) -> None:
+    """Resume trusts no line after a break in the chain, unless every line there is regenerated anyway
+    (another model or sampling: a new seed breaks the chain at its first line)."""
+    if walk.broken_at is None:
+        return
+    if all(id(r) in stale_ids for r in done if r["id"] not in walk.verified):
+        return
+    raise RuntimeError(f"{out_path} line {walk.broken_at} (id {walk.broken_id}) breaks the generations' hash chain: it "
+                       "was edited after it was written, or written under other sandbox settings (pot_timeout_s, "
+                       "allow_unsafe_exec); its answers are not resumed -- move the file aside to regenerate them")
 
 
 def _throughput(before: dict, after: dict | None) -> dict:
@@ -277,7 +368,7 @@ def _throughput(before: dict, after: dict | None) -> dict:
 
 
 def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark, expected,
-                      programs, out_path, scorer, force_choice_letter, symbolic_math, bar) -> int:
+                      programs, out_path, scorer, force_choice_letter, symbolic_math, bar, head) -> tuple[int, str]:
     n_backups = 0
     for s in range(0, len(todo), chunk_size):
         batch = todo[s : s + chunk_size]
@@ -297,10 +388,11 @@ def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot
                 r.update(scorer.score_row(benchmark, r, force_choice_letter))
                 if symbolic_math and benchmark.answer == "math":
                     r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
+                r["chain"] = head = line_digest(head, r)
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")  # one write per line
                 f.flush()
         bar.update(len(batch))
-    return n_backups
+    return n_backups, head
 
 
 def rescore(records: list[dict], benchmark: str | BenchmarkSpec, protocol: str | Scorer,

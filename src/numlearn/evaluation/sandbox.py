@@ -39,7 +39,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import resource
 import shutil
 import signal
@@ -126,10 +125,9 @@ del _hook
 exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
 '''
 
-# Exit status by which a wrapped program (numlearn.evaluation.official.wrap_program) reports that it
-# hit the sandbox's memory cap (MemoryError), so the stop is counted rather than scored as a failure
-# the official executor (which has no cap) would not have had.
-MEMORY_EXIT = 98
+# RLIMIT_AS, where the memory cgroup is the cap: this many times the group's bound (a backstop against
+# address-space games, far enough above the cap that the cgroup, whose kills the supervisor sees, decides).
+AS_BACKSTOP = 4
 
 
 # Whether the interpreter is reachable by the sandbox uid (it is not when it lives under a
@@ -147,7 +145,7 @@ class ProgramResult:
     output_truncated: bool = False
     seconds: float = 0.0
     isolation: str = ""
-    memory_limited: bool = False  # stopped by the memory cap (MemoryError), not by the program's own error
+    memory_limited: bool = False  # the memory cgroup killed it (observed by the supervisor, never read from the program)
     startup_seconds: float = 0.0  # interpreter + preloaded imports, outside the time budget (clock_after_preload)
 
 
@@ -353,6 +351,7 @@ class _Cgroups:
 
     def __init__(self, max_pids: int, memory_bytes: int):
         self.paths: list[str] = []
+        self.memory: str | None = None  # the group whose events say whether the memory cap stopped a program
         roots = _cgroup_roots()
         _sweep_stale_groups(tuple(r for r in roots.values() if r))
         name = f"numlearn-sandbox-{os.getpid()}-{next(_GROUP_IDS)}-{time.monotonic_ns()}"
@@ -375,13 +374,43 @@ class _Cgroups:
                     with open(fpath, "w") as f:
                         f.write(value)
                 self.paths.append(path)
+                if ctl == "memory" or v2:
+                    self.memory = path
             except OSError:
                 _rmdir_group(path)
+
+    def oom_kills(self) -> int | None:
+        """How many of the sandbox's processes the memory group's OOM killer ended (cgroup v2
+        ``memory.events``, v1 ``memory.oom_control``): what the supervisor observed, which no program can
+        write. None where there is no memory group or the kernel does not count kills (then a memory stop
+        cannot be told from the program's own error)."""
+        if self.memory is None:
+            return None
+        for fname in ("memory.events", "memory.oom_control"):
+            try:
+                with open(os.path.join(self.memory, fname)) as f:
+                    fields = dict(line.split()[:2] for line in f if len(line.split()) >= 2)
+            except OSError:
+                continue
+            if "oom_kill" in fields:
+                return int(fields["oom_kill"])
+        return None
 
     def close(self):
         for path in self.paths:
             _rmdir_group(path)
         self.paths = []
+
+
+@lru_cache(maxsize=1)
+def memory_stops_observed() -> bool:
+    """Whether a sandbox here gets a memory group that counts its OOM kills: then the group is the memory
+    cap and its kills are the memory stops; else RLIMIT_AS is the cap and no stop is counted as ours."""
+    g = _Cgroups(8, 64 << 20)
+    try:
+        return g.oom_kills() is not None
+    finally:
+        g.close()
 
 
 def _rmdir_group(path: str, patience_s: float = 15.0) -> bool:
@@ -478,7 +507,9 @@ def isolation_status() -> tuple[bool, str]:
                        "namespaces, or eval.allow_unsafe_exec=true to run without an OS boundary")
     roots = _cgroup_roots()
     pids = "pids cgroup" if roots["pids"] else "no pids cgroup: fork bombs end at the wall-clock kill"
-    mem = "memory cgroup" if roots["memory"] else "no memory cgroup: memory bounded per process"
+    mem = ("memory cgroup (its OOM kills are the memory stops)" if memory_stops_observed() else
+           "no memory cgroup that counts its kills: memory bounded per process, and a MemoryError counts as the "
+           "program's own error")
     return True, (f"{version}: user/mount/pid/net namespaces, no nested user namespaces, seccomp, uid {NOBODY}, "
                   f"read-only /proc/sys, {TMPFS_MB} MB tmpfs dirs; {pids}; {mem}")
 
@@ -549,7 +580,11 @@ class _Start:
 
 
 def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, isolation,
-            startup: float = 0.0) -> ProgramResult:
+            startup: float = 0.0, oom_kills: int | None = None) -> ProgramResult:
+    """The program's result from what the supervisor observed: its exit status, whether the clock ran
+    out, how much it wrote, and ``oom_kills`` (the memory group's OOM-kill count; None where no memory
+    group observes it). The stop kinds never come from the program's output or its exit code: a
+    program can print "MemoryError" or exit with any status."""
     with open(out_path, "rb") as f:
         raw = f.read(max_output_bytes + 1)
     with open(err_path, "rb") as f:
@@ -558,17 +593,15 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
     stdout = raw[:max_output_bytes].decode("utf-8", "replace")
     secs = time.monotonic() - t0
     res = ProgramResult(stdout, False, timed_out, "", rc, truncated, secs, isolation, startup_seconds=startup)
-    last_err = err.strip().splitlines()[-1] if err.strip() else ""
-    # MemoryError or a subclass (numpy's _ArrayMemoryError) ended it: the cap, not the program's logic
-    res.memory_limited = rc == MEMORY_EXIT or re.match(r"[\w.]*MemoryError\b", last_err) is not None
+    res.memory_limited = bool(oom_kills) and not timed_out
     if timed_out:
         res.error = f"timed out after {timeout_s:g}s"
+    elif res.memory_limited:
+        res.error = "memory limit: the sandbox's memory cgroup killed it"
     elif rc == 97:
         res.error = "sandbox: could not isolate the network"
     elif rc == 96:
         res.error = "sandbox: could not apply the resource limits (" + (err.strip().splitlines() or ["?"])[-1][-200:] + ")"
-    elif res.memory_limited:
-        res.error = "memory limit (MemoryError)"
     elif rc != 0:
         if rc is not None and rc < 0:
             sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
@@ -650,7 +683,15 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
     t0 = time.monotonic()
     # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE, which is
     # set well above the stdout cap so stderr chatter cannot fail a correct program.
-    limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance, "mem": memory_mb * 1024 * 1024,
+    # the whole sandbox, not each process: its processes (+ bwrap's own) and its memory, tmpfs pages
+    # included, where cgroups can be created; the rlimits bound each process in any case
+    groups = _Cgroups(max_procs + 4, (memory_mb + 3 * TMPFS_MB) << 20)
+    # Where the memory group counts its OOM kills, it is the memory cap (a stop the supervisor sees) and
+    # RLIMIT_AS only a backstop well above it; elsewhere RLIMIT_AS is the cap, and a MemoryError it causes
+    # cannot be told from one the program raised: it counts as the program's error.
+    observed = groups.oom_kills() is not None
+    limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance,
+              "mem": (AS_BACKSTOP * (memory_mb + 3 * TMPFS_MB) if observed else memory_mb) << 20,
               "fsize": max(16 << 20, max_output_bytes + 1)}
     files = {"program.py": code.encode("utf-8", "surrogatepass"), "guard.py": _GUARD.encode()}
     if start.preload:
@@ -660,9 +701,6 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
     ready_r, ready_w = os.pipe()
     outdir = tempfile.mkdtemp(prefix="numlearn-pot-io-")
     out_path, err_path = os.path.join(outdir, "stdout"), os.path.join(outdir, "stderr")
-    # the whole sandbox, not each process: its processes (+ bwrap's own) and its memory, tmpfs pages
-    # included, where cgroups can be created; the rlimits bound each process in any case
-    groups = _Cgroups(max_procs + 4, (memory_mb + 3 * TMPFS_MB) << 20)
     passed = (*fds.values(), seccomp, ready_w)
     try:
         with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
@@ -684,7 +722,8 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
                 passed = ()
             startup = _wait_ready_pipe(proc, ready_r, start)
             rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
-        return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how, startup)
+        return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how, startup,
+                       groups.oom_kills())
     finally:
         for fd in passed:
             os.close(fd)

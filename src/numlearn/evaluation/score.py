@@ -1,12 +1,15 @@
 """Recompute metrics from generation JSONL files alone, under either protocol.
 
-    python -m numlearn.evaluation.score <generations.jsonl>... [--check]
+    python -m numlearn.evaluation.score <generations.jsonl>... [--check [--rerun-programs]]
     python -m numlearn.evaluation.score <generations.jsonl>... --protocol official --write
 
 Nothing is generated and no program is run: each line keeps its attempts' completions and program
 outputs, so one generation pass yields both tables. The benchmark and answer kind are read from
 the sibling result.json. ``--check`` exits 1 when the metrics recomputed under the result's own
-protocol differ from those stored; ``--write`` stores a rescored copy as ``result.<protocol>.json``
+protocol differ from those stored, or when the file's hash chain does not verify up to the head
+result.json records (a line edited after it was written); ``--rerun-programs`` also re-executes every
+recorded program in the sandbox and compares its output with the recorded one (a forger can recompute a
+keyless chain, not what the programs print); ``--write`` stores a rescored copy as ``result.<protocol>.json``
 beside it (the aggregator reads those with ``--protocol``).
 """
 
@@ -21,7 +24,7 @@ from pathlib import Path
 from numlearn.records import RESULT, BadRecord, ResultRecord
 
 from .metrics import compute_metrics, per_problem_scores
-from .runner import read_jsonl, rescore
+from .runner import ProgramExecutor, make_attempts, read_jsonl, rescore, walk_chain
 from .scorers import PROTOCOLS
 from .spec import BenchmarkSpec
 
@@ -46,14 +49,59 @@ def rescore_records(recs: list[dict], stored: dict, protocol: str) -> tuple[dict
     return compute_metrics(recs, b["kind"]), recs
 
 
+def check_chain(path: Path, stored: dict) -> tuple[bool, str]:
+    """(verified, one line): the file's chain against the head result.json recorded."""
+    chain = ((stored.get("generation") or {}).get("chain")) or None
+    if chain is None:
+        return True, "no hash chain recorded (result written before generations were chained): metrics compared only"
+    walk = walk_chain(path, chain["run_key"])
+    if walk.broken_at is not None:
+        return False, f"hash chain broken at line {walk.broken_at} (id {walk.broken_id}): edited after it was written"
+    if walk.unchained:
+        return False, f"{walk.unchained} line(s) without a chain digest after line {walk.lines}"
+    if (walk.head, walk.lines) != (chain["head"], chain["lines"]):
+        return False, (f"hash chain verifies over {walk.lines} line(s) but ends at {walk.head[:12]}, not at the head "
+                       f"{RESULT} records ({chain['head'][:12]}, {chain['lines']} lines)")
+    return True, f"hash chain verified over {walk.lines} line(s) up to the recorded head {walk.head[:12]}"
+
+
+def rerun_programs(recs: list[dict], timeout_s: float, allow_unsafe: bool = False, workers: int = 0) -> list[str]:
+    """Re-execute every attempt's program (as written and as the official executor wraps it) and return
+    what differs from the recorded runs: ``"<id> attempt <k> <strict|official>: ..."`` (empty: all agree).
+    An attempt recorded with a run whose completion holds no program counts as a difference too."""
+    import os
+
+    atts = [(r["id"], k, a) for r in recs for k, a in enumerate(r.get("attempts", []))]
+    with ProgramExecutor(timeout_s, allow_unsafe, workers or os.cpu_count() or 1) as ex:
+        fresh = make_attempts("rerun", [a.get("prompt", "") for _, _, a in atts],
+                              [a.get("completion", "") for _, _, a in atts], ex)
+    diffs = []
+    for (rid, k, a), f in zip(atts, fresh):
+        old, new = a.get("program"), f["program"]
+        if (old is None) != (new is None):
+            diffs.append(f"{rid} attempt {k}: a program run is recorded for a completion "
+                         f"{'without' if new is None else 'with'} a program {'in it' if new is None else '(none recorded)'}")
+            continue
+        for side in ("strict", "official") if old else ():
+            was, now = old.get(side) or {}, new[side]
+            if (was.get("output"), bool(was.get("ok"))) != (now["output"], bool(now["ok"])):
+                diffs.append(f"{rid} attempt {k} {side}: recorded {was.get('output')!r:.40} (ok={was.get('ok')}), "
+                             f"re-run {now['output']!r:.40} (ok={now['ok']})")
+    return diffs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--protocol", choices=PROTOCOLS, default=None,
                     help="answer the generations under this protocol (default: the result's own)")
     ap.add_argument("--check", action="store_true", help="compare with the stored result.json")
+    ap.add_argument("--rerun-programs", action="store_true",
+                    help="with --check: re-execute every recorded program in the sandbox and compare its output")
     ap.add_argument("--write", action="store_true", help="write result.<protocol>.json beside each file")
     a = ap.parse_args(argv)
+    if a.rerun_programs and not a.check:
+        ap.error("--rerun-programs is part of --check: add --check")
     status = 0
     for f in a.files:
         p = Path(f)
@@ -81,6 +129,19 @@ def main(argv=None) -> int:
                 return 2
             # metrics added since the file was written (e.g. the program-stop counts) are not compared
             ok = set(stored.metrics) <= set(m) and _same({k: m[k] for k in stored.metrics}, stored.metrics)
+            print(f"{p}: metrics {'match' if ok else 'DIFFER FROM'} {RESULT}", file=sys.stderr)
+            chained, line = check_chain(p, stored.extra)
+            print(f"{p}: {line}", file=sys.stderr)
+            ok = ok and chained
+            if a.rerun_programs:
+                sandbox = stored.extra.get("sandbox") or {}
+                diffs = rerun_programs(recs, float(stored.extra.get("pot_timeout_s") or 5.0),
+                                       bool(sandbox.get("allow_unsafe_exec", False)))
+                n_prog = sum(bool(x.get("program")) for r in recs for x in r.get("attempts", []))
+                print(f"{p}: {n_prog} recorded program run(s) re-executed: "
+                      + ("all outputs agree" if not diffs else f"{len(diffs)} differ, e.g. " + "; ".join(diffs[:3])),
+                      file=sys.stderr)
+                ok = ok and not diffs
             print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} {RESULT}", file=sys.stderr)
             status |= 0 if ok else 1
         if a.write:
