@@ -212,3 +212,29 @@ def test_compare_counts_identical_differing_and_absent_files_and_writes_nothing(
     assert "metrics.accuracy 0.666667 -> 1" in lines[0] and "recorded versions" in lines[0]
     one = store.compare([same], mine, committed).lines("seed 0", Path("results/runs"))
     assert one == ["seed 0: 1/1 result files identical to the committed store (results/runs)"]
+
+
+def test_a_difference_from_a_run_trained_on_another_cpu_says_so(tmp_path):
+    """Same recipe and packages, other numbers: the line names the machines the records set apart (the
+    store's seed 0 was trained on another CPU; training at its own commit here gives this machine's
+    weights, not the store's), and says nothing of machines when the records agree."""
+    mine, committed = tmp_path / "mine", tmp_path / "committed"
+    f = _write(mine, 0, correct=[1, 1, 1])
+    old = _write(committed, 0, correct=[1, 0, 1])
+    here = {"platform": "Linux-b", "cpu": "Xeon [avx2 avx512f amx_tile]", "cpu_capability": "AVX512"}
+    for path, env, run_env in ((old, {"platform": "Linux-a", "torch_threads": 2}, None), (f, here, here)):
+        r = json.loads(path.read_text())
+        r["packages"], r["environment"] = {"torch": "2.13.0"}, env
+        if run_env:
+            r["run"]["train_environment"] = run_env
+        path.write_text(json.dumps(r))
+    lines = store.compare([f], mine, committed).lines("seed 0", Path("results/runs"))
+    assert "[machines: cpu not recorded by the store (this run: Xeon [avx2 avx512f amx_tile])" in lines[0]
+    assert "platform Linux-a (store) vs Linux-b (this run)" in lines[0]
+    assert lines[-1].endswith("trained on another machine: CPU float kernels differ in the last bits, and training "
+                              "amplifies them (docs/development.md, 'Seed 0')")
+    r = json.loads(old.read_text())
+    r["environment"], r["run"]["train_environment"] = here, here  # the same machine: no machine is blamed
+    old.write_text(json.dumps(r))
+    lines = store.compare([f], mine, committed).lines("seed 0", Path("results/runs"))
+    assert "machines" not in lines[0] and "another machine" not in lines[-1]

@@ -150,6 +150,10 @@ class RunRecord:
         if d.get("base"):  # a fine-tune of a stored base run (model.source=run): which base, which weights
             out["base"] = d["base"]
         out["train_git"] = self.git
+        env = d.get("environment") or {}
+        # where it was trained: the CPU's kernels decide the last bits of every weight (store.compare)
+        out["train_environment"] = {k: env[k] for k in ("platform", "cpu", "cpu_capability", "torch_threads", "device")
+                                    if k in env}
         return out
 
     def write(self, path: str | Path | None = None) -> None:

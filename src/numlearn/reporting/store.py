@@ -87,10 +87,17 @@ class Comparison:
     absent: list[Path] = field(default_factory=list)  # no committed file at that path
     versions: dict[Path, str] = field(default_factory=dict)  # for a differing file: recorded versions apart
     recipes: dict[Path, list[str]] = field(default_factory=dict)  # ... and training recipes apart (a shrunk run)
+    machines: dict[Path, str] = field(default_factory=dict)  # ... and the machines their runs were trained on
 
     @property
     def n(self) -> int:
         return len(self.identical) + len(self.differ) + len(self.absent)
+
+    def machine_explains(self) -> bool:
+        """Every differing file was trained under the same recipe and package versions on a machine the
+        records set apart (or that the store did not record)."""
+        return bool(self.differ) and all(not self.recipes.get(p) and self.versions.get(p) == "the same package versions"
+                                         and self.machines.get(p) for p in self.differ)
 
     def lines(self, label: str, against: Path) -> list[str]:
         """Each differing file (what differs, the recorded versions that may explain it), then one line:
@@ -98,11 +105,15 @@ class Comparison:
         out = [f"  {p}: {'; '.join(d[:4])}{' ...' if len(d) > 4 else ''}"
                + (f" [trained under another recipe: {'; '.join(self.recipes[p][:3])}]" if self.recipes.get(p) else
                   f" [recorded versions: {self.versions[p]}]" if self.versions.get(p) else "")
+               + (f" [machines: {self.machines[p]}]" if self.machines.get(p) and not self.recipes.get(p) else "")
                for p, d in self.differ.items()]
         out += [f"  {p}: not in the committed store" for p in self.absent]
         head = f"{label}: {len(self.identical)}/{self.n} result files identical to the committed store ({against})"
         if self.differ:
             head += f"; {len(self.differ)} differ (listed above)"
+            if self.machine_explains():
+                head += ("; same recipe and package versions, trained on another machine: CPU float kernels differ "
+                         "in the last bits, and training amplifies them (docs/development.md, 'Seed 0')")
         if self.absent:
             head += f"; {len(self.absent)} not in it"
         return [*out, head]
@@ -113,6 +124,29 @@ def _versions_apart(a: ResultRecord, b: ResultRecord) -> str:
     apart = [f"{k} {pa.get(k)} (store) vs {pb.get(k)} (this run)" for k in sorted(set(pa) | set(pb))
              if pa.get(k) != pb.get(k)]
     return ", ".join(apart) if apart else "the same package versions"
+
+
+def machine_of(r: ResultRecord) -> dict:
+    """Where the run was trained (``run.train_environment``), or, for a file from before that was recorded,
+    where it was evaluated (``environment``): platform, CPU, torch's CPU capability, threads."""
+    env = (r.run or {}).get("train_environment") or {}
+    if not env:
+        env = {k: v for k, v in (r.extra.get("environment") or {}).items()
+               if k in ("platform", "cpu", "cpu_capability", "device")}
+    return env
+
+
+def machines_apart(a: ResultRecord, b: ResultRecord) -> str:
+    """The machine facts two results' runs differ in (``""``: none recorded apart). A fact only one side
+    recorded is named as unrecorded, not as equal."""
+    ma, mb = machine_of(a), machine_of(b)
+    out = []
+    for k in ("cpu", "cpu_capability", "platform"):
+        if k in ma and k in mb and ma[k] != mb[k]:
+            out.append(f"{k} {ma[k]} (store) vs {mb[k]} (this run)")
+        elif k in mb and k not in ma and k != "platform":
+            out.append(f"{k} not recorded by the store (this run: {mb[k]})")
+    return "; ".join(out)
 
 
 def compare(files: list[Path], store: str | Path, committed: str | Path) -> Comparison:
@@ -130,6 +164,8 @@ def compare(files: list[Path], store: str | Path, committed: str | Path) -> Comp
         if diff := differences(old, new):
             done.differ[rel] = diff
             done.versions[rel] = _versions_apart(old, new)
+            if machine := machines_apart(old, new):
+                done.machines[rel] = machine
             if old.run.get("recipe") and new.run.get("recipe"):
                 diffs = recipe_differences(old.run["recipe"], new.run["recipe"])
                 # values set on both sides first (train.max_steps: 1000 -> 40), keys one side lacks after
