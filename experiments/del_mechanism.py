@@ -39,8 +39,8 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from numlearn.data.collate import PadCollator, tokenize_records
+    from numlearn.evaluation.probe import position_stats
     from numlearn.losses import digit_token_ids, digit_view
-    from numlearn.losses.mechanism import target_push
 
     final = run_dir / "final"
     tok = AutoTokenizer.from_pretrained(final)
@@ -48,26 +48,25 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
     vocab = digit_token_ids(tok)
     feats, _ = tokenize_records(records, tok, max_length)
     coll = PadCollator(tok.pad_token_id)
-    ids = torch.tensor(vocab.digit_ids)
-    acc: dict[str, list[torch.Tensor]] = {k: [] for k in ("w", "zmean", "q", "ent", "push_code", "push_paper", "py")}
+    acc: dict[str, list[torch.Tensor]] = {k: [] for k in ("w", "zmean", "q", "ent", "low_code", "low_paper", "py")}
     by_dist = torch.zeros(10)
     with torch.no_grad():
         for i in range(0, len(feats), batch_size):
             b = coll(feats[i : i + batch_size])
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits.float()
+            # the per-position quantities: numlearn.probe's definitions (one implementation)
+            st = position_stats(logits, b["labels"], vocab)
             zd, dt = digit_view(logits, b["labels"], vocab)
-            full = logits.reshape(-1, logits.shape[-1])[dt.rows]
-            q = (torch.logsumexp(full[:, ids], -1) - torch.logsumexp(full, -1)).exp()
             p = torch.softmax(zd, -1)
             dist = (torch.arange(10) - dt.values.unsqueeze(1)).abs()
             by_dist.index_add_(0, dist.reshape(-1), p.reshape(-1))
-            acc["w"].append(dt.del_weight)
-            acc["zmean"].append(zd.mean(-1))
-            acc["q"].append(q)
-            acc["ent"].append(-(p * p.clamp_min(1e-30).log()).sum(-1))
-            acc["py"].append(p.gather(1, dt.values.long()[:, None])[:, 0])
+            acc["w"].append(st["weight"])
+            acc["zmean"].append(st["digit_logit"])
+            acc["q"].append(st["digit_mass"])
+            acc["ent"].append(st["entropy"])
+            acc["py"].append((-st["nll"]).exp())
             for form in ("code", "paper"):
-                acc[f"push_{form}"].append(target_push(zd, dt.values, form, q))
+                acc[f"low_{form}"].append(st[f"lowers_{form}"])
     t = {k: torch.cat(v) for k, v in acc.items()}
     w = t["w"]
     out = {"n_digits": int(w.numel()), "n_examples": len(feats), "mean_digit_logit": float(t["zmean"].mean()),
@@ -75,7 +74,7 @@ def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, bat
            "mean_target_prob": float(t["py"].mean()),
            "mass_by_distance": (by_dist / max(w.numel(), 1)).tolist()}
     for form in ("code", "paper"):
-        low = t[f"push_{form}"] < 0
+        low = t[f"low_{form}"] > 0
         out[f"{form}_lowers_share"] = float(low.float().mean())
         out[f"{form}_lowers_weight_share"] = float((w * low).sum() / w.sum())
     return out

@@ -167,6 +167,46 @@ def generate(a, p: dict, model_dir: str) -> dict:
             "prompts_per_s": round(len(prompts) / secs, 2), "nonempty_completions": sum(bool(o) for o in outs)}
 
 
+def probe_step(a, p: dict, runs: dict) -> dict:
+    """The checkpoint probe (numlearn.probe) on GSM8K test solutions: the authors' released Qwen2.5-1.5B
+    against its base where ``--released-dir`` holds both (``released/`` and ``base/``: weights brought with
+    the loan), else this check's own DEL run against its MLE run. Then, with released weights, a slice of
+    the released study (HF backend: the machine has no vLLM)."""
+    import subprocess
+
+    d = a.released_dir
+    have = d is not None and (d / "released" / "config.json").is_file() and (d / "base" / "config.json").is_file()
+    model, base = (d / "released", d / "base") if have else (Path(runs["del"]["run_dir"]) / "final",
+                                                             Path(runs["mle"]["run_dir"]) / "final")
+    out = a.work / "probe"
+    cmd = [sys.executable, "-m", "numlearn.probe", f"model_path={model}", f"baseline={base}", "datasets=gsm8k",
+           f"n={2 if a.dry_run else a.probe_n}", f"out={out}", f"data_dir={p['data_root']}",
+           f"batch_size={2 if a.dry_run else 8}", f"n_boot={100 if a.dry_run else 2000}"]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    res = {"command": " ".join(cmd), "what": "released vs base" if have else "this check's DEL run vs its MLE run",
+           "rc": r.returncode, "seconds": round(time.time() - t0, 1)}
+    if r.returncode == 0:
+        cmp = json.loads(next(out.glob("*__vs__*/compare.json")).read_text())["datasets"]["gsm8k"]["difference"]
+        res["difference"] = {k: cmp[k] for k in ("digit_logit", "gap", "correct", "nll", "lowers_code")}
+    else:
+        res["stderr"] = r.stderr[-1500:]
+    if have:
+        cmd = [sys.executable, "-m", "numlearn.pipeline", "released", "--models", "qwen2.5-1.5b", "--with-base",
+               "--hub-map", f"Zzh-tju/qwen2.5-1.5B={d / 'released'}", "--hub-map", f"Qwen/Qwen2.5-1.5B={d / 'base'}",
+               "--store", str(a.work / "store"), "--outputs", str(a.work / "released"), "--out",
+               str(a.work / "released_table"), "--live", "off"]
+        for o in ("eval.backend=hf", "eval.tensor_parallel_size=1", f"eval.limit={a.released_limit}",
+                  f"paths.data_dir={p['data_root']}"):
+            cmd += ["--override", o]
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        res["released_slice"] = {"command": " ".join(cmd), "rc": r.returncode, "seconds": round(time.time() - t0, 1),
+                                 "table": r.stdout[-3000:] if r.returncode == 0 else None,
+                                 "stderr": r.stderr[-1500:] if r.returncode else None}
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU: plan, checks, 2 steps of a shrunken model")
@@ -176,6 +216,11 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--timeout", type=int, default=210, help="seconds per training launch")
+    ap.add_argument("--released-dir", type=Path, default=None,
+                    help="local copies of Zzh-tju/qwen2.5-1.5B (released/) and Qwen/Qwen2.5-1.5B (base/): the probe "
+                         "compares them and a slice of the released study runs (optional)")
+    ap.add_argument("--probe-n", type=int, default=200, help="GSM8K test solutions the probe reads")
+    ap.add_argument("--released-limit", type=int, default=16, help="problems per benchmark in the released slice")
     a = ap.parse_args(argv)
     if a.dry_run:
         a.steps, a.prompts = 2, 4
@@ -197,6 +242,8 @@ def main(argv=None) -> int:
         print(f"{loss}: {json.dumps(runs[loss])}", flush=True)
     gen = generate(a, p, str(Path(runs["del"]["run_dir"]) / "final"))
     print(f"generation: {gen}", flush=True)
+    probe = probe_step(a, p, runs)
+    print(f"probe: {json.dumps(probe)[:2000]}", flush=True)
 
     cost = {}
     m, d = runs["mle"], runs["del"]
@@ -210,7 +257,7 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
         "packages": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "accelerate": accelerate.__version__},
-        "records": recs, "train": runs, "generation": gen,
+        "records": recs, "train": runs, "generation": gen, "probe": probe,
         "del_cost_over_mle": cost, "goals": GOALS,
         "goals_met": {k: (cost[k] < GOALS[k]) for k in cost} if not a.dry_run else "not measured in a dry run",
     }

@@ -19,7 +19,7 @@ LEVEL = {
     "integrations": 2, "data": 2, "assets": 2,
     "training": 3, "evaluation": 3,
     "reporting": 4,
-    "train": 5, "evaluate": 5,
+    "train": 5, "evaluate": 5, "probe": 5, "released": 5,
     "pipeline": 6,
     "scripts": 7,
 }

@@ -281,3 +281,46 @@ def test_without_a_terminal_the_running_jobs_are_reported_every_interval(tmp_pat
     beats = [ln for ln in out.getvalue().splitlines() if ln.startswith(">>  slow") and "step " in ln]
     assert beats and re.search(r"step \d+/40, ETA \d+ s  \(log: .*slow\.log\)", beats[-1]), out.getvalue()
     assert "1/1 jobs done" not in out.getvalue().splitlines()[0]
+
+
+# ---------------------------------------------------------------- the released checkpoints (issue 42)
+def test_released_study_runs_end_to_end_on_local_stand_ins(saved_tiny_model, tmp_path, data_dir, capsys):
+    """pipeline -> evaluate (eval=paper, HF backend on CPU, 2 problems a benchmark) -> store -> table, with the
+    hub ids mapped to local stand-ins; the table's mACC is the mean of the stored accuracies, the authors'
+    number stands beside it, and a re-run with --reuse evaluates nothing."""
+    base = tmp_path / "base"
+    shutil.copytree(saved_tiny_model, base)
+    store, out, table = tmp_path / "store", tmp_path / "out", tmp_path / "table"
+    argv = ["released", "--models", "qwen2.5-1.5b", "--with-base", "--hub-map", f"Zzh-tju/qwen2.5-1.5B={saved_tiny_model}",
+            "--hub-map", f"Qwen/Qwen2.5-1.5B={base}", "--store", str(store), "--outputs", str(out), "--out", str(table),
+            "--live", "off", *[x for o in ("eval.backend=hf", "eval.limit=2", "eval.dtype=float32",
+                                           "eval.tensor_parallel_size=1", "eval.max_new_tokens_cap=8",
+                                           f"paths.data_dir={data_dir}", "eval.teacher_forced.n=2")
+                              for x in ("--override", o)]]
+    assert pipeline.main(argv) == 0
+    results = sorted(store.rglob("result.json"))
+    assert len(results) == 14 and all("/released/qwen2.5-1.5b/" in str(f) for f in results)
+    data = json.loads((table / "table.json").read_text())
+    for role, model in (("released", saved_tiny_model), ("base", base)):
+        stored = [json.loads(f.read_text()) for f in results if f"/{role}/eval/" in str(f)]
+        assert {r["model_path"] for r in stored} == {str(Path(model).resolve())}
+        assert {r["protocol"] for r in stored} == {"official"} and {r["mode"] for r in stored} == {"paper"}
+        mean = sum(100 * r["metrics"]["accuracy"] for r in stored) / 7
+        assert data[f"qwen2.5-1.5b/{role}"]["macc"] == pytest.approx(mean)
+    md = (table / "table.md").read_text()
+    assert "| 55.4 |" in md and "52.8 (paper's MLE row)" in md
+    capsys.readouterr()
+    assert pipeline.main([*argv, "--reuse"]) == 0
+    seen = capsys.readouterr()
+    assert (seen.out + seen.err).count("stored results found (--reuse)") == 2
+
+
+def test_released_study_refuses_unknown_models_and_keys(tmp_path):
+    from numlearn import released
+
+    with pytest.raises(ValueError, match="unknown nope; choose from qwen2.5-1.5b"):
+        released.choose(released.load_study(REPO / "conf" / "study" / "released.yaml"), "nope")
+    bad = tmp_path / "s.yaml"
+    bad.write_text("models:\n  m:\n    hub: a\n    base: b\n    experimnt: x\n")
+    with pytest.raises(ValueError, match=r"models.m: unknown key\(s\) \['experimnt'\]"):
+        released.load_study(bad)

@@ -7,6 +7,7 @@
     python -m numlearn.pipeline sweep-report --seeds 3
     python -m numlearn.pipeline ablation --seeds 8 --jobs 2 --reuse   # make ablation-tiny SEEDS=8 REUSE=1
     python -m numlearn.pipeline pretrained --seeds 8 --jobs 2 --reuse # make pretrained-tiny SEEDS=8 REUSE=1
+    python -m numlearn.pipeline released --models qwen2.5-1.5b --with-base   # the authors' checkpoints, eval=paper
     python -m numlearn.pipeline runs experiment=table1_tiny loss=mle,del seed=0,1      # run dirs from the configs
     python -m numlearn.pipeline pending --store results/runs experiment=table1_tiny loss=del seed=0-7
 
@@ -712,6 +713,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override every row trains and evaluates with (a shrunken rehearsal)")
     p.add_argument("--out", type=Path, default=CHUNKED_OUT)
+    p = sub.add_parser("released", help="the DEL authors' released checkpoints evaluated as the paper did (eval=paper), "
+                                        "beside their reported mACC (conf/study/released.yaml)")
+    p.add_argument("--models", default=None, help="comma-separated names from conf/study/released.yaml (default: all)")
+    p.add_argument("--with-base", action="store_true", help="evaluate each checkpoint's base model too")
+    p.add_argument("--hub-map", action="append", default=[], metavar="HUB_ID=DIR",
+                   help="a hub id's local copy (downloaded weights, or a stand-in)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="an evaluate override for every job (eval.tensor_parallel_size=1 on one GPU)")
+    p.add_argument("--jobs", type=int, default=1, help="evaluations at once (each wants the GPUs it names)")
+    p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
+    p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
+    p.add_argument("--out", type=Path, default=Path("results/released"))
+    p.add_argument("--reuse", action="store_true", help="evaluate only what the store lacks")
+    p.add_argument("--live", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--command", default=None)
     p = sub.add_parser("smoke", help="the whole pipeline shrunken (MLE and DEL, 1 seed, 40 steps, 10 problems) in "
                                      "a temporary directory (make smoke, ~2 min); prints what to expect")
     p.add_argument("--jobs", type=int, default=2)
@@ -768,9 +784,45 @@ def smoke(a) -> int:
     return rc
 
 
+def released(a) -> int:
+    """The released checkpoints: one evaluation job per (checkpoint, role), each published, then the table."""
+    from numlearn import released as rel
+    from numlearn.cli import conf_dir
+    from numlearn.evaluation.teacher_forced import preset_config
+
+    study = rel.choose(rel.load_study(Path(conf_dir()) / "study" / "released.yaml"), a.models)
+    hub_map = {}
+    for m in a.hub_map:
+        hub, eq, d = m.partition("=")
+        if not eq or not Path(d).is_dir():
+            raise PipelineError(f"--hub-map {m!r}: give HUB_ID=DIR with DIR an existing model directory")
+        hub_map[hub] = str(Path(d).resolve())
+    roles = rel.ROLES if a.with_base else ("released",)
+    jobs = []
+    for ck in study:
+        for role in roles:
+            if a.reuse and rel.stored_results(a.store, ck, role):
+                _say(f"[released] {ck.name}/{role}: stored results found (--reuse): not evaluated again")
+                continue
+            log = a.outputs / "pipeline" / f"released_{ck.name}_{role}.log"
+            jobs.append(Job(f"{ck.name} {role}", rel.evaluate_steps(ck, role, outputs=a.outputs, store=a.store,
+                                                                    hub_map=hub_map, overrides=a.override), log))
+    os.environ.setdefault("HF_HUB_OFFLINE", "")  # the hub ids are the real path: let evaluate reach the hub
+    failed = run_jobs(jobs, a.jobs, live={"auto": None, "on": True, "off": False}[a.live]) if jobs else []
+    benchmarks = tuple(preset_config(study[0].experiment, list(a.override)).eval.benchmarks) if study else ()
+    text = rel.table(study, a.store, a.out, a.command or a.invocation, benchmarks)
+    print(text)
+    if failed:
+        _say(f"[released] {len(failed)} evaluation(s) failed: " + ", ".join(f"{j.name} (log: {j.log})" for j in failed))
+        return 1
+    return 0
+
+
 def _dispatch(a) -> int:
     if a.cmd == "smoke":
         return smoke(a)
+    if a.cmd == "released":
+        return released(a)
     if a.cmd == "notebook":
         return notebook()
     if a.cmd == "runs":
