@@ -546,3 +546,19 @@ def test_without_a_memory_cgroup_a_memory_error_is_the_programs_own(monkeypatch)
     monkeypatch.setattr(sandbox._Cgroups, "oom_kills", lambda self: None)
     r = run_program("b = b'x' * (900 << 20)\nprint(len(b))", memory_mb=256, timeout_s=20)
     assert not r.ok and not r.memory_limited and "MemoryError" in r.error, r
+
+
+def test_the_degraded_mode_without_cgroups_still_bounds_what_it_can(monkeypatch):
+    """docs/sandbox.md, 'Degraded modes': where no cgroup can be made, a program still runs isolated; its
+    writable dirs stay 64 MB tmpfs, its memory is bounded per process (RLIMIT_AS), and no group is left."""
+    from numlearn.evaluation import sandbox
+
+    monkeypatch.setattr(sandbox, "_cgroup_roots", lambda: {"pids": None, "memory": None})
+    assert sandbox._Cgroups(8, 64 << 20).paths == []
+    ok = run_program("print(6 * 7)")
+    assert ok.ok and ok.stdout.strip() == "42"
+    big = run_program("b = b'x' * (900 << 20)\nprint(len(b))", memory_mb=256, timeout_s=20)
+    assert not big.ok and not big.memory_limited and "MemoryError" in big.error, big
+    full = run_program(BYPASS + "import os\ntry:\n    open('f', 'wb').write(b'0' * (100 << 20))\nexcept OSError as e:\n"
+                       "    print('STOPPED', e)", timeout_s=10)
+    assert "STOPPED" in full.stdout, full
