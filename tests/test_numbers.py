@@ -5,6 +5,8 @@ across tokens, with hand-built vocabularies and the real DeepSeek-V3 tokenizer."
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -278,3 +280,28 @@ def test_whole_number_ntl_refuses_an_unknown_level_and_takes_every_normalisation
     logits = torch.randn(1, 7, V)
     out = NTLLoss(NV, alpha=1.0, level="number", aux_normalization="example_mean")(logits, seq)
     assert torch.isfinite(out.aux) and out.aux > 0
+
+
+def test_qwen25_tokenizer_built_from_pypi_equals_the_real_one(tmp_path):
+    """`make assets` on a public clone (issue 47): Qwen2.5's tokenizer from llama.cpp's Qwen2 vocab GGUF (in the
+    llama-cpp-python sdist on PyPI) -- the reference ids of its 47 test strings, 151,665 tokens, single-digit
+    tokens -- and, where the real tokenizer is at hand (assets mirror), the same tokenizer.json."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from numlearn.assets import qwen25_tokenizer
+    from numlearn.losses import digit_token_ids
+
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        out = qwen25_tokenizer(tmp_path / "qwen2.5", repo / "data_cache")
+    except Exception as e:  # noqa: BLE001 - no registry: say why
+        pytest.skip(f"the llama-cpp-python sdist is not reachable ({type(e).__name__}: {e}): run `make assets`")
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok) == 151665 and tok.eos_token == tok.pad_token == "<|endoftext|>"
+    assert digit_token_ids(tok).digit_ids == tuple(tok.convert_tokens_to_ids(str(d)) for d in range(10))
+    assert tok("12345", add_special_tokens=False)["input_ids"] == [tok.convert_tokens_to_ids(c) for c in "12345"]
+    real = Path(os.environ.get("NUMLEARN_ASSETS_MIRROR", repo.parent / "shared" / "assets")) / "tokenizers" / "qwen2.5"
+    if (real / "tokenizer.json").exists():
+        assert json.loads((out / "tokenizer.json").read_text()) == json.loads((real / "tokenizer.json").read_text())

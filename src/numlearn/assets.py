@@ -86,11 +86,11 @@ LLAMA3_GGUF = "vendor/llama.cpp/models/ggml-vocab-llama-bpe.gguf"
 LLAMA3_GGUF_SHA256 = "97272e430d53bc7688f52d5e0ad8ea8f163ede9f1bbd1694feaa504797d5d96e"
 
 
-def llama3_reference(folder: str | Path) -> list[tuple[str, list[int]]]:
-    """The GGUF's test strings and Hugging Face's token ids for them (``.inp`` / ``.out``)."""
+def llama3_reference(folder: str | Path, gguf: str = "ggml-vocab-llama-bpe.gguf") -> list[tuple[str, list[int]]]:
+    """A vocab GGUF's test strings and Hugging Face's token ids for them (``.inp`` / ``.out``)."""
     folder = Path(folder)
-    texts = (folder / "ggml-vocab-llama-bpe.gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
-    ids = (folder / "ggml-vocab-llama-bpe.gguf.out").read_text(encoding="utf-8").split("\n")
+    texts = (folder / f"{gguf}.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    ids = (folder / f"{gguf}.out").read_text(encoding="utf-8").split("\n")
     return [(t, [int(x) for x in o.split()]) for t, o in zip(texts, ids)]
 
 
@@ -138,6 +138,80 @@ def llama3_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> P
     return out
 
 
+def _sdist_vocab(name: str, cache_dir: str | Path) -> Path:
+    """``vendor/llama.cpp/models/<name>`` (and its ``.inp`` / ``.out`` reference vectors) from the
+    sha256-pinned llama-cpp-python sdist (downloaded from PyPI once); returns the GGUF's path."""
+    import subprocess
+    import tarfile
+
+    cache = Path(cache_dir) / "llama3-sdist"
+    cache.mkdir(parents=True, exist_ok=True)
+    sdist = cache / "llama_cpp_python-0.3.16.tar.gz"
+    if not sdist.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                        LLAMA3_SDIST, "-d", str(cache)], check=True)
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    if digest != LLAMA3_SDIST_SHA256:
+        raise ValueError(f"{sdist}: sha256 {digest} != {LLAMA3_SDIST_SHA256}")
+    work = cache / "gguf"
+    work.mkdir(exist_ok=True)
+    with tarfile.open(sdist) as tf:
+        for suffix in ("", ".inp", ".out"):
+            member = tf.getmember(f"llama_cpp_python-0.3.16/vendor/llama.cpp/models/{name}{suffix}")
+            (work / Path(member.name).name).write_bytes(tf.extractfile(member).read())
+    return work / name
+
+
+# Qwen2.5's tokenizer, offline: llama.cpp's Qwen2 vocab GGUF (the same 151,643 byte-level BPE tokens and merges,
+# and <|endoftext|>, <|im_start|>, <|im_end|>), padded to 151,936 with [PAD] tokens, which are dropped; then the
+# 19 special tokens Qwen2.5 added, at the ids its tokenizer.json gives them (151646-151664).
+QWEN2_GGUF = "ggml-vocab-qwen2.gguf"
+QWEN2_GGUF_SHA256 = "44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c"
+QWEN25_ADDED = ("<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
+                "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
+                "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
+QWEN25_EXTRA_SPECIAL = ("<|im_start|>", "<|im_end|>", *QWEN25_ADDED[:11])
+
+
+def qwen25_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
+    """Build Qwen2.5's tokenizer into ``out`` from llama.cpp's Qwen2 vocab GGUF (sha256-pinned, in the
+    llama-cpp-python sdist on PyPI). Refuses a conversion that disagrees with the GGUF's reference ids."""
+    import json
+
+    out = Path(out)
+    if (out / "tokenizer.json").exists():
+        return out
+    gguf = _sdist_vocab(QWEN2_GGUF, cache_dir)
+    if (d := hashlib.sha256(gguf.read_bytes()).hexdigest()) != QWEN2_GGUF_SHA256:
+        raise ValueError(f"{gguf}: sha256 {d} != {QWEN2_GGUF_SHA256}")
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    conv = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    spec = json.loads(conv.backend_tokenizer.to_str())
+    first = 151643  # <|endoftext|>: the first added token of Qwen2 and Qwen2.5
+    spec["model"]["vocab"] = {t: i for t, i in spec["model"]["vocab"].items() if i < first}
+    # Qwen2's and Qwen2.5's tokenizer.json normalise to NFC and post-process byte-level (the GGUF keeps neither)
+    spec["normalizer"] = {"type": "NFC"}
+    spec["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+    kept = [a for a in spec["added_tokens"] if a["id"] < first + 3]
+    template = dict(kept[0])
+    spec["added_tokens"] = kept + [{**template, "id": first + 3 + k, "content": t, "special": True}
+                                   for k, t in enumerate(QWEN25_ADDED)]
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>", model_max_length=32768,
+                                  extra_special_tokens=list(QWEN25_EXTRA_SPECIAL), clean_up_tokenization_spaces=False)
+    bad = [t for t, ids in llama3_reference(gguf.parent, gguf.name) if tok(t, add_special_tokens=False)["input_ids"] != ids]
+    if bad or len(tok) != first + 3 + len(QWEN25_ADDED):
+        raise ValueError(f"the converted Qwen2.5 tokenizer disagrees with the reference ids on {bad[:2]} or has "
+                         f"{len(tok)} tokens")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tok.save_pretrained(tmp)
+    tmp.replace(out)
+    return out
+
+
 def main(argv=None) -> int:
     from hydra import compose, initialize_config_dir
 
@@ -145,13 +219,14 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="a conf/model name with source: gguf_package (e.g. smollm2-135m), or "
-                    "llama3-tokenizer (Llama-3's tokenizer from the llama-cpp-python sdist)")
+                    "llama3-tokenizer / qwen2.5-tokenizer (built from the llama-cpp-python sdist's vocab GGUFs)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--cache-dir", default="data_cache")
     a = ap.parse_args(argv)
-    if a.model == "llama3-tokenizer":
+    if a.model in ("llama3-tokenizer", "qwen2.5-tokenizer"):
+        build = llama3_tokenizer if a.model == "llama3-tokenizer" else qwen25_tokenizer
         try:
-            print(llama3_tokenizer(a.out, a.cache_dir))
+            print(build(a.out, a.cache_dir))
         except (OSError, ValueError, subprocess_error()) as e:
             print(f"numlearn.assets: error: {e}", file=sys.stderr)
             return 2
