@@ -4,6 +4,7 @@ by hand and against autograd of the loss itself; where each form lowers the targ
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ import torch
 from numlearn.losses import DigitVocab, build_loss
 from numlearn.losses.mechanism import del_digit_gradient, target_push
 from numlearn.losses.spans import DigitTargets
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _autograd(z: torch.Tensor, y: torch.Tensor, form: str) -> torch.Tensor:
@@ -135,3 +138,39 @@ def test_the_docs_figure_curves():
     assert (c[("paper", -8.0)][1] == pytest.approx(c[("paper", 8.0)][1], rel=1e-9))
     assert c[("code", -8.0)][1].min() < 0 < c[("code", 8.0)][1].min()
     assert (c[("paper", 0.0)][1] > 0).all()
+
+
+def test_gradient_norm_split_is_linear_in_the_weight(tmp_path):
+    """experiments/grad_norms.py (issue 40, item 5): the numeric term's gradient is the run's loss gradient less
+    MLE's; on one model it scales with alpha exactly (x2 weight -> x2 norm, same direction), and MLE's own run
+    has none. A split that mixed CE into the numeric part (or normalised by another count) would fail."""
+    import importlib.util
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from numlearn.training.run import train
+
+    spec = importlib.util.spec_from_file_location("grad_norms", REPO / "experiments" / "grad_norms.py")
+    gn = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gn)
+    small = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
+             "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
+             "data.n_train=200", "eval.teacher_forced.n=16", "train=smoke"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        cfg = compose("config", overrides=[*small, f"paths.output_dir={tmp_path}/out", f"paths.cache_dir={tmp_path}/cache",
+                                           "loss=del", "loss.alpha=0.5", "train.max_steps=3"])
+    run = train(cfg)
+    records = [{"instruction": "What is 12 + 30?", "output": "12 + 30 = 42. The answer is 42."},
+               {"instruction": "What is 7.5 * 2?", "output": "7.5 * 2 = 15.0. The answer is 15."}]
+    a = gn.gradient_parts(run / "final", run, records, 128)
+    assert a["ce_check"] < 1e-6 and a["n_digits"] > 0 and a["ratio"] > 0
+    conf = OmegaConf.load(run / "config.yaml")
+    conf.loss.alpha = 1.0
+    OmegaConf.save(conf, run / "config.yaml")
+    b = gn.gradient_parts(run / "final", run, records, 128)
+    assert b["ratio"] == pytest.approx(2 * a["ratio"], rel=1e-4) and b["cosine"] == pytest.approx(a["cosine"], abs=1e-4)
+    assert b["grad_norm_ce"] == pytest.approx(a["grad_norm_ce"], rel=1e-6)
+    conf.loss = {"name": "mle", "alpha": 0.0}
+    OmegaConf.save(conf, run / "config.yaml")
+    assert gn.gradient_parts(run / "final", run, records, 128)["grad_norm_numeric"] == pytest.approx(0.0, abs=1e-7)
