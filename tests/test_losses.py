@@ -560,3 +560,34 @@ def test_digit_summary_by_hand():
     assert float(s["entropy"]) == pytest.approx(math.log(10) - float((p * p.log()).sum()), abs=1e-6)
     # Figure-1 view: mass at |k - y| = 0 is 0.1 (uniform) + 0.25
     assert float(s["mass_by_distance"][0]) == pytest.approx(0.35, abs=1e-6)
+
+
+# ---------------------------------------------------------------- label conventions (issue 44, item 3)
+@pytest.mark.parametrize("name", ["mle", "del", "ntl", "dist2"])
+def test_labels_padded_with_minus_one_are_refused_not_trained(name):
+    """-1 padding used to give a wrong loss without an error (4.5685 against 4.5565): refused in one line that
+    names the fix; the same labels with -100 train."""
+    vocab = DigitVocab(digit_ids=tuple(range(10)), dot_id=10)
+    fn = build_loss(name, vocab, **({} if name == "mle" else {"alpha": 0.5}))
+    logits = torch.randn(1, 6, 16)
+    labels = torch.tensor([[-1, 3, 4, 10, 5, -1]])
+    with pytest.raises(ValueError, match=r"labels hold negative ids \[-1\].*masked_fill\(labels == -1, -100\)"):
+        fn(logits, labels)
+    fn(logits, labels.masked_fill(labels == -1, -100))
+
+
+def test_num_items_without_num_digits_warns_once():
+    import warnings
+
+    from numlearn.losses import base
+
+    base._WARNED.discard("num_items_in_batch without num_digits_in_batch")
+    fn = build_loss("del", DigitVocab(digit_ids=tuple(range(10)), dot_id=10), alpha=0.5)
+    logits, labels = torch.randn(1, 6, 16), torch.tensor([[-100, 3, 4, 10, 5, 11]])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn(logits, labels, num_items_in_batch=4)
+        fn(logits, labels, num_items_in_batch=4)
+        fn(logits, labels, num_items_in_batch=4, num_digits_in_batch=3)
+    msgs = [str(w.message) for w in seen if "num_digits_in_batch" in str(w.message)]
+    assert len(msgs) == 1 and "step_counts" in msgs[0]

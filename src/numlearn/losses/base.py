@@ -83,6 +83,18 @@ class LossOutput:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    """A ``UserWarning`` the first time ``key`` happens in this process."""
+    if key not in _WARNED:
+        import warnings
+
+        _WARNED.add(key)
+        warnings.warn(message, UserWarning, stacklevel=4)
+
+
 def _as_float(x) -> float | None:
     if x is None:
         return None
@@ -365,6 +377,13 @@ class DigitLoss(TokenLoss):
 
         denom = max(float(dt.count), 1.0)
         per_digit = None  # example_mean: 1 / (digit targets of the digit's example)
+        if (self.aux_normalization == "step" and num_digits_in_batch is None and num_items_in_batch is not None
+                and self.alpha > 0):
+            _warn_once("num_items_in_batch without num_digits_in_batch",
+                       f"{type(self).__name__}: num_items_in_batch was passed without num_digits_in_batch, so the "
+                       "numeric term is normalised by this micro-batch's digits, not the step's (under gradient "
+                       "accumulation the step's objective differs); pass both, e.g. "
+                       "**numlearn.losses.step_counts(micro_batches, loss_fn).as_kwargs()")
         if self.aux_normalization == "step" and num_digits_in_batch is not None:
             denom = max(_as_float(num_digits_in_batch), 1.0)
         elif self.aux_normalization == "microbatch_mean":
