@@ -414,3 +414,33 @@ def test_trl_assistant_only_loss(char_tokenizer, tmp_path):
     ours = _sft(tok, tmp_path / "mle", build_loss("mle", tok), 4, 1, rows=rows, assistant_only_loss=True)
     theirs = _sft(tok, tmp_path / "trl", None, 4, 1, rows=rows, assistant_only_loss=True)
     assert _rel(ours, theirs) < TRL_TOL
+
+
+class _LoraHead(torch.nn.Module):
+    """What PEFT's LoraLayer exposes on a wrapped lm_head (base_layer, lora_A, lora_B): the fused path would
+    read ``weight`` (the base's) and leave the adapter without a gradient (issue 44, item 1)."""
+
+    def __init__(self, base: torch.nn.Linear, r: int = 4):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = torch.nn.ModuleDict({"default": torch.nn.Linear(base.in_features, r, bias=False)})
+        self.lora_B = torch.nn.ModuleDict({"default": torch.nn.Linear(r, base.out_features, bias=False)})
+        torch.nn.init.zeros_(self.lora_B["default"].weight)  # PEFT's default init: B = 0
+
+    @property
+    def weight(self):
+        return self.base_layer.weight
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B["default"](self.lora_A["default"](x))
+
+
+def test_fused_bridge_refuses_an_adapter_on_the_head_naming_the_cause(char_tokenizer):
+    from numlearn.integrations.hf import LossBridge
+
+    model = _llama(len(char_tokenizer))
+    model.lm_head = _LoraHead(model.lm_head)
+    bridge = LossBridge(build_loss("del", char_tokenizer, alpha=1.0), fused_linear=True)
+    with pytest.raises(ValueError, match=r"wrapped by an adapter \(_LoraHead, e.g. LoRA on lm_head\).*no gradient"):
+        bridge.bind_model(model)
+    LossBridge(build_loss("del", char_tokenizer, alpha=1.0), fused_linear=False).bind_model(model)  # logits path: fine

@@ -90,6 +90,11 @@ class LossBridge:
         if self._head is None or not hasattr(self._head, "weight"):
             raise ValueError(f"train.fused_linear_loss=true: {type(model).__name__} has no output embedding to "
                              "compute the loss from")
+        if hasattr(self._head, "base_layer") or hasattr(self._head, "lora_A"):  # a PEFT adapter wraps the head
+            raise ValueError(f"fused linear loss: {type(model).__name__}'s output head is wrapped by an adapter "
+                             f"({type(self._head).__name__}, e.g. LoRA on lm_head): the fused path reads the base "
+                             "weight only, so the adapter would get no gradient. Use fused_linear=False (the logits "
+                             "path trains it), or leave lm_head out of the adapter's target_modules.")
         self.transform = logit_transform(model)
         self._model_name = type(model).__name__
 
