@@ -444,3 +444,25 @@ def test_fused_bridge_refuses_an_adapter_on_the_head_naming_the_cause(char_token
     with pytest.raises(ValueError, match=r"wrapped by an adapter \(_LoraHead, e.g. LoRA on lm_head\).*no gradient"):
         bridge.bind_model(model)
     LossBridge(build_loss("del", char_tokenizer, alpha=1.0), fused_linear=False).bind_model(model)  # logits path: fine
+
+
+def test_the_trainer_says_which_strategy_it_got(char_tokenizer, tmp_path):
+    """Issue 44, item 5: under a user's own `accelerate launch` on CPU, FSDP2 silently ran as DDP; the trainer
+    now reports what accelerate runs (and warns when FSDP was asked for and is not what runs)."""
+    import warnings
+
+    from numlearn.integrations.hf import NumlearnTrainer
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tr = NumlearnTrainer(model=_llama(len(char_tokenizer)), args=_args(tmp_path, 2, 1),
+                             loss_fn=build_loss("del", char_tokenizer, alpha=1.0),
+                             train_dataset=_DS(char_tokenizer, TEXTS), data_collator=_collate(char_tokenizer.pad_token_id))
+    assert tr.numlearn_strategy() == "single"
+    assert not [w for w in seen if "FSDP was asked for" in str(w.message)]
+    from types import SimpleNamespace
+
+    def under(kind):  # accelerate's state is a process-wide singleton: read a stand-in, never mutate it
+        return NumlearnTrainer.numlearn_strategy(SimpleNamespace(accelerator=SimpleNamespace(
+            state=SimpleNamespace(distributed_type=f"DistributedType.{kind}"))))
+    assert (under("MULTI_CPU"), under("MULTI_GPU"), under("FSDP"), under("NO")) == ("ddp", "ddp", "fsdp", "single")

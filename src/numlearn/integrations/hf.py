@@ -236,6 +236,19 @@ class NumlearnTrainerMixin:
         self.loss_is_scaled_for_ga = True  # each micro-batch's loss is its share of the step's
         loss_bridge.microbatches_in_step = self.args.gradient_accumulation_steps * max(self.args.world_size, 1)
         loss_bridge.bind_model(self.model)  # fused path: the head and the hidden-state hook (once)
+        if self.args.fsdp and self.numlearn_strategy() != "fsdp":
+            import warnings
+
+            warnings.warn(f"{type(self).__name__}: FSDP was asked for but accelerate runs "
+                          f"{self.numlearn_strategy()!r} (accelerate's choice, e.g. FSDP2 on CPU under your own "
+                          "`accelerate launch`): the loss stays exact, the memory saving of sharding does not apply",
+                          UserWarning, stacklevel=2)
+
+    def numlearn_strategy(self) -> str:
+        """What accelerate actually runs: ``"fsdp"``, ``"ddp"`` (MULTI_CPU / MULTI_GPU / ...), ``"single"``."""
+        state = getattr(getattr(self, "accelerator", None), "state", None)
+        kind = str(getattr(state, "distributed_type", "NO")).rsplit(".", 1)[-1].upper()
+        return "fsdp" if kind == "FSDP" else "single" if kind == "NO" else "ddp"
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: torch.device | str | None
                           ) -> tuple[list[dict[str, Any]], int | torch.Tensor | None]:
