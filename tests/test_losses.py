@@ -591,3 +591,20 @@ def test_num_items_without_num_digits_warns_once():
         fn(logits, labels, num_items_in_batch=4, num_digits_in_batch=3)
     msgs = [str(w.message) for w in seen if "num_digits_in_batch" in str(w.message)]
     assert len(msgs) == 1 and "step_counts" in msgs[0]
+
+
+def test_emo_moves_its_cost_matrix_to_the_logits_device_once():
+    """Issue 45, item 1: EMO bound on the host (before the Trainer places the model) used to copy its [V, H]
+    cost matrix to the device on every micro-batch; it now follows the logits once and stays there. Checked on
+    the meta device, which any torch has (a CUDA machine does the same with "cuda")."""
+    vocab = DigitVocab(digit_ids=tuple(range(10)), dot_id=10)
+    fn = build_loss("emo", vocab, model=None)
+    fn.bind_embeddings(torch.randn(16, 8))
+    assert fn.embedding.device.type == "cpu"
+    logits = torch.randn(1, 6, 16, device="meta")
+    labels = torch.tensor([[-100, 3, 4, 10, 5, 11]], device="meta")
+    try:
+        fn(logits, labels)
+    except (NotImplementedError, RuntimeError):
+        pass  # an op without a meta kernel after the move: the move is what is checked
+    assert fn.embedding.device.type == "meta"

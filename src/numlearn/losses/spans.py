@@ -58,7 +58,7 @@ def to_targets(labels: torch.Tensor, labels_shifted: bool = False) -> torch.Tens
     already what position t predicts) takes them as they are."""
     if labels.dim() != 2:
         raise ValueError(f"expected labels [B, T], got {tuple(labels.shape)}")
-    if not torch.compiler.is_compiling() and bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
+    if not (torch.compiler.is_compiling() or labels.is_meta) and bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
         bad = sorted({int(x) for x in labels[(labels < 0) & (labels != IGNORE_INDEX)].unique()[:3]})
         raise ValueError(f"labels hold negative ids {bad}: numlearn ignores only {IGNORE_INDEX} (IGNORE_INDEX, "
                          f"F.cross_entropy's default ignore_index); map your padding label first, e.g. "

@@ -146,8 +146,12 @@ class EMOLoss(_FullSoftmaxLoss):
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
+        if self.embedding.device != logits.device:
+            # bound before the Trainer placed the model: the cost matrix follows the logits once, not a host
+            # -> device copy of [V, H] every micro-batch (~889 MB for Qwen2.5-1.5B)
+            self.embedding = self.embedding.to(logits.device)
         targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
-        E = self.embedding.to(logits2d.device)
+        E = self.embedding
         if E.shape[0] < logits2d.shape[1]:
             raise ValueError(f"EMO embedding has {E.shape[0]} rows but logits have {logits2d.shape[1]} columns")
         E = E[: logits2d.shape[1]]
