@@ -107,7 +107,7 @@ def _train(loss: str, out: Path, steps: int) -> Path:
            f"paths.output_dir={out}", f"train.max_steps={steps}"]
     print("$ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
-    (run,) = [p.parent for p in (out / "qwen_coder_gsm8k").glob(f"*/{loss}/alpha=*/seed=0/final/config.json")]
+    (run,) = [p.parent.parent for p in (out / "qwen_coder_gsm8k").glob(f"*/{loss}/alpha=*/seed=0/final/config.json")]
     return run
 
 
