@@ -146,8 +146,8 @@ def main(argv=None) -> int:
              f"- command: `make qwen-coder-probe` (python experiments/qwen_coder.py --steps {a.steps} --n {a.n})",
              f"- git: {provenance()['git']['commit']}",
              f"- one seed: a few dozen steps of the top layers on GSM8K-train, so a direction, not an estimate of DEL's "
-             f"effect; this invocation {time.time() - t0:.0f} s (finished runs and probe rows are reused: the first "
-             "full run here took ~11 min on 2 CPU threads)", ""]
+             f"effect; this invocation {time.time() - t0:.0f} s (finished runs and probe rows are reused; the first "
+             "run computes them)", ""]
     for name, (m, b) in pairs.items():
         src = probes / f"{slug(str(m / 'final'))}__vs__{slug(str(b / 'final' if b != base else b))}" / "compare.md"
         body = src.read_text().split("\n", 1)[1]
