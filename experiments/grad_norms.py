@@ -79,9 +79,30 @@ def gradient_parts(model_dir: Path, run: Path, records: list[dict], max_length: 
             "ce_check": abs(ce - ce_only), "n_digits": counts.num_digits_in_batch, "n_tokens": counts.num_items_in_batch}
 
 
+# make grad-norms: each DEL form at the weight its ablation row runs, seed 0, a checkpoint every 100 steps
+FORMS = {"code": ("del", 1.28), "paper": ("del_paper", 1.28), "digit_ce": ("del_ce", 1.28),
+         "binary_entropy": ("del_bent", 0.32)}
+
+
+def train_forms(outputs: Path, experiment: str) -> list[str]:
+    """Train (or resume, or find complete) each of ``FORMS`` with checkpoints every 100 steps; ``--run`` specs."""
+    import subprocess
+
+    runs = []
+    for name, (loss, alpha) in FORMS.items():
+        over = [f"experiment={experiment}", f"loss={loss}", f"loss.alpha={alpha}", "seed=0",
+                f"paths.output_dir={outputs}", "train.save_steps=100", "train.save_total_limit=20"]
+        subprocess.run([sys.executable, "-m", "numlearn.train", *over], check=True, cwd=REPO)
+        (run,) = [p.parent for p in (outputs / experiment).glob(f"*/{loss}/alpha={alpha}/seed=0/run.json")]
+        runs.append(f"{name}={run}")
+    return runs
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR")
+    ap.add_argument("--train", type=Path, default=None, metavar="OUTPUTS",
+                    help="train the four DEL forms (FORMS) under OUTPUTS first and measure those (make grad-norms)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--experiment", default="table1_tiny")
     ap.add_argument("--n", type=int, default=200)
@@ -91,6 +112,8 @@ def main(argv=None) -> int:
     from numlearn.evaluation.teacher_forced import preset_records
     from numlearn.provenance import provenance
 
+    if a.train is not None:
+        a.run = train_forms(a.train.resolve(), a.experiment) + a.run
     records, cfg = preset_records(a.experiment, [f"eval.teacher_forced.n={a.n}"])
     max_length = int(cfg.eval.teacher_forced.max_length)
     res: dict[str, list[dict]] = {}

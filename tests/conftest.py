@@ -95,21 +95,26 @@ def data_dir() -> Path:
     return _need(DATA_DIR / "benchmarks", "shared benchmark data").parent
 
 
-@pytest.fixture(scope="session")
-def qwen_tokenizer():
-    """Qwen2.5's tokenizer: assets/tokenizers/qwen2.5 (make assets), or built here from the Qwen2 vocab GGUF
-    of the llama-cpp-python sdist on PyPI (numlearn.assets.qwen25_tokenizer); skipped with the reason otherwise."""
+def _built_tokenizer(name: str, build):
+    """assets/tokenizers/<name> (make assets), or built here from the llama-cpp-python sdist on PyPI (the package
+    registry is reachable in CI) with ``build`` (numlearn.assets); skipped with the reason otherwise."""
     from transformers import AutoTokenizer
 
-    from numlearn.assets import qwen25_tokenizer as build
-
-    path = TOKENIZERS / "qwen2.5"
+    path = TOKENIZERS / name
     if not (path / "tokenizer.json").exists():
         try:
-            path = build(REPO / "data_cache" / "qwen2.5-tokenizer", REPO / "data_cache")
+            path = build(REPO / "data_cache" / f"{name}-tokenizer", REPO / "data_cache")
         except Exception as e:  # noqa: BLE001 - no registry, no sdist: say why
-            pytest.skip(f"Qwen2.5 tokenizer not built ({type(e).__name__}: {e}): run `make assets`")
+            pytest.skip(f"{name} tokenizer not built ({type(e).__name__}: {e}): run `make assets`")
     return AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """Qwen2.5's tokenizer (numlearn.assets.qwen25_tokenizer where ./assets lacks it)."""
+    from numlearn.assets import qwen25_tokenizer
+
+    return _built_tokenizer("qwen2.5", qwen25_tokenizer)
 
 
 @pytest.fixture(scope="session")
@@ -141,19 +146,10 @@ def tiny_tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def llama3_tokenizer():
-    """Llama-3's tokenizer: assets/tokenizers/llama3 (make assets), or built here from the PyPI sdist
-    of llama-cpp-python (the package registry is reachable in CI); skipped with the reason otherwise."""
-    from transformers import AutoTokenizer
+    """Llama-3's tokenizer (numlearn.assets.llama3_tokenizer where ./assets lacks it)."""
+    from numlearn.assets import llama3_tokenizer
 
-    from numlearn.assets import llama3_tokenizer as build
-
-    path = TOKENIZERS / "llama3"
-    if not (path / "tokenizer.json").exists():
-        try:
-            path = build(REPO / "data_cache" / "llama3-tokenizer", REPO / "data_cache")
-        except Exception as e:  # noqa: BLE001 - no registry, no sdist: say why
-            pytest.skip(f"Llama-3 tokenizer not built ({type(e).__name__}: {e}): run `make assets`")
-    return AutoTokenizer.from_pretrained(path)
+    return _built_tokenizer("llama3", llama3_tokenizer)
 
 
 class _SpaceyNumberTokenizer:

@@ -99,28 +99,11 @@ def llama3_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> P
     vectors): the sdist from PyPI (sha256-pinned, cached), its vocab GGUF (sha256-pinned) converted
     by transformers. Refuses a conversion that disagrees with the reference ids on any test string
     holding a digit."""
-    import subprocess
-    import tarfile
-
     out = Path(out)
     if (out / "tokenizer.json").exists():
         return out
-    cache = Path(cache_dir) / "llama3-sdist"
-    cache.mkdir(parents=True, exist_ok=True)
-    sdist = cache / "llama_cpp_python-0.3.16.tar.gz"
-    if not sdist.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        LLAMA3_SDIST, "-d", str(cache)], check=True)
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    if digest != LLAMA3_SDIST_SHA256:
-        raise ValueError(f"{sdist}: sha256 {digest} != {LLAMA3_SDIST_SHA256}")
-    work = cache / "gguf"
-    work.mkdir(exist_ok=True)
-    with tarfile.open(sdist) as tf:
-        for suffix in ("", ".inp", ".out"):
-            member = tf.getmember(f"llama_cpp_python-0.3.16/{LLAMA3_GGUF}{suffix}")
-            (work / Path(member.name).name).write_bytes(tf.extractfile(member).read())
-    gguf = work / "ggml-vocab-llama-bpe.gguf"
+    gguf = _sdist_vocab(Path(LLAMA3_GGUF).name, cache_dir)
+    work = gguf.parent
     if (d := hashlib.sha256(gguf.read_bytes()).hexdigest()) != LLAMA3_GGUF_SHA256:
         raise ValueError(f"{gguf}: sha256 {d} != {LLAMA3_GGUF_SHA256}")
     from transformers import AutoTokenizer

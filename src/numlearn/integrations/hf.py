@@ -25,7 +25,15 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("numlearn.integrations.hf needs transformers and accelerate: pip install 'numlearn[hf]'") from e
 
-from numlearn.losses import LogitTransform, LossOutput, TokenLoss, count_targets, step_counts
+from numlearn.losses import (
+    DigitVocab,
+    LogitTransform,
+    LossOutput,
+    TokenLoss,
+    count_digit_targets,
+    count_targets,
+    step_counts,
+)
 
 _WORKING_ROUTE = ("use numlearn.integrations.hf.NumlearnTrainer (or NumlearnTrainerMixin on your Trainer "
                   "subclass), numlearn.integrations.trl.NumlearnSFTTrainer for TRL, or call the loss in your own "
@@ -145,7 +153,11 @@ class LossBridge:
                     f"tokens but this micro-batch {local} (gradient accumulation or several processes), and the "
                     f"numeric term's normaliser, the step's digit count, is not passed to compute_loss_func, so its "
                     f"weight would grow with the accumulation. {_WORKING_ROUTE}.")
-        return {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": None,
+        # the step is this micro-batch (checked above when it matters): its digit count is the step's
+        vocab = getattr(fn, "vocab", None)
+        digits = count_digit_targets(labels, vocab, labels_shifted) \
+            if num_items_in_batch is not None and isinstance(vocab, DigitVocab) else None
+        return {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": digits,
                 "num_microbatches_in_step": 1}
 
     def compute(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
