@@ -34,7 +34,7 @@ sandbox: ## Install bubblewrap (the OS sandbox for generated programs) if missin
 test: setup ## Run the default test tier (CPU, minutes)
 	$(PY) -m pytest -q -m "not slow and not vllm and not distributed" -p no:cacheprovider
 
-test-distributed: setup assets ## Multi-process tier: 2 CPU processes under accelerate (FSDP2/gloo), kill + resume, SLURM via submitit's local executor (~6 min)
+test-distributed: setup assets ## Multi-process tier: 2 CPU processes under accelerate (FSDP2/gloo), kill + resume, SLURM via submitit's local executor, the released study end to end (~7 min)
 	$(PY) -m pytest -q -m distributed -p no:cacheprovider -s
 
 test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark smoke (CPU, ~10 min)

@@ -284,6 +284,7 @@ def test_without_a_terminal_the_running_jobs_are_reported_every_interval(tmp_pat
 
 
 # ---------------------------------------------------------------- the released checkpoints (issue 42)
+@pytest.mark.distributed  # ~25 s of evaluations: the end-to-end tier CI runs (make test-distributed)
 def test_released_study_runs_end_to_end_on_local_stand_ins(saved_tiny_model, tmp_path, data_dir, capsys):
     """pipeline -> evaluate (eval=paper, HF backend on CPU, 2 problems a benchmark) -> store -> table, with the
     hub ids mapped to local stand-ins; the table's mACC is the mean of the stored accuracies, the authors'
