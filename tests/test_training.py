@@ -415,3 +415,37 @@ def test_a_run_shorter_than_logging_steps_still_logs_its_last_step(tmp_path, cap
     assert "step 3/3 loss=" in capsys.readouterr().out
     run = train(_cfg(tmp_path, "loss=mle", "train.max_steps=5", "train.logging_steps=2", "experiment_name=five"))
     assert [m["step"] for m in _metrics(run) if "loss" in m] == [2, 4, 5]
+
+
+def test_evaluation_logs_into_the_trainings_wandb_run(tmp_path, monkeypatch):
+    """Issue 47: evaluation results reach W&B, in the training's own run (resumed by the id run.json records),
+    beside its curves; a run trained without W&B logs nothing."""
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    import wandb
+    from wandb.sdk.wandb_run import Run
+
+    from numlearn.evaluate import run_evaluation
+    from numlearn.training.run import train
+
+    logged, real_log = [], Run.log
+    monkeypatch.setattr(Run, "log", lambda self, d, *a, **k: logged.append((self.id, dict(d))) or real_log(self, d, *a, **k))
+    over = ("logger=wandb", "loss=del", "train.max_steps=2")
+    run_dir = train(_cfg(tmp_path, *over))
+    ref = json.loads((run_dir / "run.json").read_text())["wandb"]
+    assert ref["id"] and ref["mode"] == "offline"
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("evaluate", overrides=[*SMALL, f"paths.output_dir={tmp_path}/out", f"paths.cache_dir={tmp_path.parent}/cache",
+                                             *over, "eval.benchmarks.synthetic_test.generator.n=3",
+                                             "eval.benchmarks.synthetic_ood.generator.n=2", "eval.max_new_tokens_cap=4",
+                                             "eval.modes=[cot]"])
+    logged.clear()
+    run_evaluation(cfg)
+    evals = {k: v for rid, d in logged if rid == ref["id"] for k, v in d.items()}
+    assert "eval/synthetic_test/cot/accuracy" in evals and "eval/teacher_forced/digit_acc" in evals
+    assert wandb.run is None
+    logged.clear()
+    plain = train(_cfg(tmp_path, "loss=mle", "train.max_steps=2"))
+    assert "wandb" not in json.loads((plain / "run.json").read_text())

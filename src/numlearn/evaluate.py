@@ -110,7 +110,7 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     # what the generations come from, fixed for this evaluation (the model dir is walked once)
     model_key = {"model": model_fingerprint(model_path), "backend": backend.name,
                  "dtype": backend.describe().get("dtype")}
-    written = []
+    written, logged = [], {}
     for name, (problems, info) in loaded.items():
         spec = BenchmarkSpec.from_config(ecfg.benchmarks[name])
         modes = spec.modes(ecfg.modes)
@@ -152,6 +152,17 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
             print(f"[numlearn.evaluate] {name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
                   + (f" numerical_distance={nd:.4f}" if nd is not None else "")
                   + f" ({gen_info['n_resumed']} resumed) -> {written[-1]}", flush=True)
+            logged.update({f"eval/{name}/{mode}/{k}": float(v) for k, v in metrics.items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    ref = (rec.extra.get("wandb") if rec is not None else None) or None
+    if ref and logged and os.environ.get("WANDB_MODE") != "disabled":
+        from numlearn.tracking import log_evaluation
+
+        if teacher_forced:
+            logged.update({f"eval/teacher_forced/{k}": float(v) for k, v in teacher_forced.items()
+                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        log_evaluation(ref, Path(model_path).parent, logged)
+        print(f"[numlearn.evaluate] {len(logged)} metrics logged to the training's W&B run {ref['id']}", flush=True)
     return written
 
 

@@ -39,6 +39,30 @@ def init_run(cfg, run_dir: Path):
     )
 
 
+def run_ref(run) -> dict:
+    """What an evaluation needs to log into a training's W&B run later (recorded in run.json as ``wandb``)."""
+    return {"id": run.id, "project": run.project, "entity": getattr(run, "entity", None), "group": run.group,
+            "name": run.name, "mode": os.environ.get("WANDB_MODE", "offline")}
+
+
+def log_evaluation(ref: dict, run_dir: Path, metrics: dict[str, float]) -> None:
+    """Log an evaluation's metrics into the training run ``ref`` (``run_ref``), resumed by its id: the
+    evaluation's numbers beside the training curves in one W&B run. Keys as given (``eval/<bench>/<mode>/...``)."""
+    import wandb
+
+    mode = wandb_mode(ref.get("mode"))
+    os.environ.setdefault("WANDB_SILENT", "true")
+    run = wandb.init(project=ref.get("project") or "numlearn", entity=ref.get("entity"), id=ref["id"],
+                     resume="allow", group=ref.get("group"), name=ref.get("name"), dir=str(run_dir), mode=mode,
+                     reinit="finish_previous")
+    try:
+        run.log(dict(metrics))
+        for k, v in metrics.items():
+            run.summary[k] = v
+    finally:
+        wandb.finish()
+
+
 def finish_run() -> None:
     import wandb
 

@@ -410,9 +410,10 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         RunRecord.from_dict(meta, meta_path).write()
     wandb = cfg.logger.name == "wandb" and main
     if wandb:
-        from numlearn.tracking import init_run
+        from numlearn.tracking import init_run, run_ref
 
-        init_run(cfg, run_dir)
+        meta["wandb"] = run_ref(init_run(cfg, run_dir))  # the evaluation logs its results into this run
+        RunRecord.from_dict(meta, meta_path).write()
     use_cuda = torch.cuda.is_available()
     accum = plan.grad_accum
     args = TrainingArguments(
