@@ -122,16 +122,35 @@ _IO_TEXTS = {"No space left on device": 28, "os error 28": 28, "Read-only file s
              "Disk quota exceeded": 122}
 
 
-def io_failure(err: BaseException) -> str | None:
+_TORCH_WRITER = ("inline_container.cc", "PytorchStreamWriter", "unexpected pos")
+
+
+def _full(path) -> bool:
+    """The filesystem holding ``path`` (or its nearest existing parent) has under 4 MB free."""
+    p = Path(str(path)).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (4 << 20)
+
+
+def io_failure(err: BaseException, output: str | Path | None = None) -> str | None:
     """One line for an exception that is the output's storage failing (full disk, quota, read-only or
     unwritable output dir) -- raised as ``OSError`` by Python, or as text by safetensors' and torch's
-    writers -- and None for anything else. What was written before stays incomplete: a run dir without
+    writers (torch's checked against the free space of ``output``) -- and None for anything else. What was written before stays incomplete: a run dir without
     its final weights, or a generations file whose last line is cut, is resumed, never taken as done."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         code = err.errno if isinstance(err, OSError) and err.errno in _IO_ERRNOS else None
         code = code or next((c for t, c in _IO_TEXTS.items() if t in str(err)), None)
+        # torch.save on a full disk says neither ENOSPC nor "no space" ("[enforce fail at inline_container.cc]
+        # unexpected pos ..."): where the output's filesystem is full, that is what it was
+        if code is None and output is not None and any(t in str(err) for t in _TORCH_WRITER) and _full(output):
+            code = 28
         if code is not None:
             where = f" ({err.filename})" if isinstance(err, OSError) and err.filename else ""
             fix = ("free space there or point paths.output_dir elsewhere" if code in (28, 122) else

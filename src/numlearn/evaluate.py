@@ -187,7 +187,8 @@ def _main(cfg: DictConfig) -> None:
     try:
         run_evaluation(cfg)
     except Exception as e:  # noqa: BLE001 - one line for what users cause; anything else keeps its trace
-        if (line := io_failure(e)) is not None and not os.environ.get("NUMLEARN_DEBUG"):
+        if (line := io_failure(e, cfg.get("eval_dir") or cfg.paths.output_dir)) is not None \
+                and not os.environ.get("NUMLEARN_DEBUG"):
             sys.exit(f"numlearn.evaluate: error: {line}")
         if not isinstance(e, (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable)):
             raise

@@ -42,7 +42,7 @@ def _main(cfg: DictConfig) -> None:
             raise
         fail("numlearn.train", e, cfg.get("run_dir"), cfg.paths.output_dir)
     except Exception as e:  # a full disk or read-only output: one line (the run dir resumes)
-        if (line := io_failure(e)) is None or os.environ.get("NUMLEARN_DEBUG"):
+        if (line := io_failure(e, cfg.paths.output_dir)) is None or os.environ.get("NUMLEARN_DEBUG"):
             raise
         sys.exit(f"numlearn.train: error: {line}")
 
