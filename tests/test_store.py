@@ -238,3 +238,20 @@ def test_a_difference_from_a_run_trained_on_another_cpu_says_so(tmp_path):
     old.write_text(json.dumps(r))
     lines = store.compare([f], mine, committed).lines("seed 0", Path("results/runs"))
     assert "machines" not in lines[0] and "another machine" not in lines[-1]
+
+
+def test_a_recipe_key_one_side_lacks_is_a_format_change_not_another_recipe(tmp_path):
+    """Seen on a fresh clone: the store's seed 0 records data.heldout, today's recipe does not (the held-out
+    records moved to eval.teacher_forced); that alone must not read as 'trained under another recipe', or the
+    machine explanation never shows. A value set on both sides that differs still does."""
+    mine, committed = tmp_path / "mine", tmp_path / "committed"
+    f = _write(mine, 0, correct=[1, 1, 1])
+    old = _write(committed, 0, correct=[1, 0, 1])
+    r = json.loads(old.read_text())
+    r["run"]["recipe"]["data"]["heldout"] = {"n": 200}
+    old.write_text(json.dumps(r))
+    c = store.compare([f], mine, committed)
+    assert not c.recipes.get(f.relative_to(mine)), c.recipes
+    r["run"]["recipe"]["train"]["max_steps"] = 7
+    old.write_text(json.dumps(r))
+    assert store.compare([f], mine, committed).recipes[f.relative_to(mine)]

@@ -149,6 +149,18 @@ def machines_apart(a: ResultRecord, b: ResultRecord) -> str:
     return "; ".join(out)
 
 
+def _common(a: dict, b: dict) -> tuple[dict, dict]:
+    """``a`` and ``b`` restricted (recursively) to the keys both hold."""
+    keys = set(a) & set(b)
+    out_a, out_b = {}, {}
+    for k in keys:
+        if isinstance(a[k], dict) and isinstance(b[k], dict):
+            out_a[k], out_b[k] = _common(a[k], b[k])
+        else:
+            out_a[k], out_b[k] = a[k], b[k]
+    return out_a, out_b
+
+
 def compare(files: list[Path], store: str | Path, committed: str | Path) -> Comparison:
     """``files`` (result files under ``store``) against the files at the same relative paths under
     ``committed``: identical, differing (``differences``) or absent. Nothing is written."""
@@ -167,7 +179,9 @@ def compare(files: list[Path], store: str | Path, committed: str | Path) -> Comp
             if machine := machines_apart(old, new):
                 done.machines[rel] = machine
             if old.run.get("recipe") and new.run.get("recipe"):
-                diffs = recipe_differences(old.run["recipe"], new.run["recipe"])
+                # keys both recipes record: a key one side lacks is the record's format changing (e.g. the
+                # held-out records moved from data.heldout to eval.teacher_forced), not another training
+                diffs = recipe_differences(*_common(old.run["recipe"], new.run["recipe"]))
                 # values set on both sides first (train.max_steps: 1000 -> 40), keys one side lacks after
                 done.recipes[rel] = sorted(diffs, key=lambda d: "None" in d)
         else:
