@@ -125,13 +125,18 @@ _IO_TEXTS = {"No space left on device": 28, "os error 28": 28, "Read-only file s
 _TORCH_WRITER = ("inline_container.cc", "PytorchStreamWriter", "unexpected pos")
 
 
-def _full(path) -> bool:
-    """The filesystem holding ``path`` (or its nearest existing parent) has under 4 MB free."""
+def _existing(path) -> Path:
+    """``path`` (absolute), or its nearest existing parent: where a not-yet-created output would go."""
     p = Path(str(path)).expanduser().absolute()
     while not p.exists() and p != p.parent:
         p = p.parent
+    return p
+
+
+def _full(path) -> bool:
+    """The filesystem holding ``path`` (or its nearest existing parent) has under 4 MB free."""
     try:
-        st = os.statvfs(p)
+        st = os.statvfs(_existing(path))
     except OSError:
         return False
     return st.f_bavail * st.f_frsize < (4 << 20)
@@ -171,9 +176,7 @@ def check_output_writable(argv: list[str], prog: str) -> None:
             out = arg.split("=", 1)[1]
     if "${" in out or "," in out:
         return
-    p = Path(out).expanduser().absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
+    p = _existing(out)
     if not os.access(p, os.W_OK):
         why = "a read-only file system" if _read_only(p) else "not writable by this user"
         sys.exit(f"{prog}: error: cannot write the output under {p}: {why}; make it writable or pass "
