@@ -325,3 +325,22 @@ def test_released_study_refuses_unknown_models_and_keys(tmp_path):
     bad.write_text("models:\n  m:\n    hub: a\n    base: b\n    experimnt: x\n")
     with pytest.raises(ValueError, match=r"models.m: unknown key\(s\) \['experimnt'\]"):
         released.load_study(bad)
+
+
+def test_released_table_averages_the_benchmarks_present_and_says_how_many(tmp_path):
+    """mACC over the benchmarks the store holds (3 of 7 here), labelled as partial; not the 7-way mean."""
+    from numlearn import released
+
+    study = released.load_study(REPO / "conf" / "study" / "released.yaml")
+    ck = study["qwen2.5-1.5b"]
+    for bench, acc in (("gsm8k", 0.5), ("svamp", 0.25), ("math", 0.0)):
+        d = tmp_path / "store" / "released" / ck.name / "released" / "eval" / bench / "paper"
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({"benchmark": {"name": bench}, "mode": "paper", "protocol": "official",
+                                                   "metrics": {"accuracy": acc, "n": 4}, "correct_by_id": {},
+                                                   "run": {}, "config": {}, "model_path": ck.hub}))
+    benches = ("gsm8k", "svamp", "simuleq", "math", "aqua", "sat", "mmlu_mathematics")
+    md = released.table([ck], tmp_path / "store", tmp_path / "out", "pytest", benches)
+    data = json.loads((tmp_path / "out" / "table.json").read_text())[f"{ck.name}/released"]
+    assert data["macc"] == pytest.approx(25.0) and data["benchmarks_present"] == 3
+    assert "| 25.0 (3 of 7) | 55.4 |" in md
