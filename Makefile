@@ -173,6 +173,11 @@ eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven be
 	$(PY) -m numlearn.evaluate experiment=eval_smoke_smollm2
 	$(PY) -m numlearn.evaluation.score outputs/eval_smoke/smollm2-135m/*/*/generations.jsonl --check > /dev/null
 
+SMOLLM2_GSM8K_SEEDS ?= 5
+SMOLLM2_GSM8K_ROWS = mle,del:1.28,del_paper:0.32,del_ce:0.32
+smollm2-gsm8k: setup assets data ## SmolLM2-135M fine-tuned on GSM8K train: MLE / DEL 1.28 / paper form 0.32 / digit-CE 0.32 (SMOLLM2_GSM8K_SEEDS=5, ~15 min a run) -> results/smollm2_gsm8k
+	$(PIPELINE) table1 --experiment smollm2_gsm8k_study --rows $(SMOLLM2_GSM8K_ROWS) --selected none --seeds $(SMOLLM2_GSM8K_SEEDS) --jobs 1 --primary-benchmark gsm8k --family-metrics digit_acc,digit_nll --out results/smollm2_gsm8k --command "make smollm2-gsm8k SMOLLM2_GSM8K_SEEDS=$(SMOLLM2_GSM8K_SEEDS) REUSE=1" $(REUSE_FLAG)
+
 train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on GSM8K train (CPU)
 	$(PY) -m numlearn.train experiment=smollm2_gsm8k_del
 
@@ -188,4 +193,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: grad-norms qwen-coder-probe table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: smollm2-gsm8k grad-norms qwen-coder-probe table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean

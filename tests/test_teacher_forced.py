@@ -54,6 +54,32 @@ def test_metrics_by_hand_on_fixed_logits(char_tokenizer):
     want = float(-logp[t[t != IGNORE_INDEX]].mean())
     assert m["ce"] == pytest.approx(want, rel=1e-5)
     assert m["mass_by_distance"][0] == pytest.approx(float(sum(p[t] for t in targets) / 4), rel=1e-5)
+    # each record's own sums, in order (what a bootstrap over problems resamples): "20" then "8.0"
+    per = m["by_example"]
+    assert per["n_digits"] == [2, 2] and per["correct"] == [1, 1]
+    assert per["nll"][0] == pytest.approx(float(-p[2].log() - p[0].log()), rel=1e-5)
+    assert per["nll"][1] == pytest.approx(float(-p[8].log() - p[0].log()), rel=1e-5)
+
+
+def test_bf16_autocast_stays_within_bf16_rounding_and_is_recorded(tiny_tokenizer):
+    """eval.teacher_forced.dtype=bfloat16 (the SmolLM2 GSM8K study: 2x on a CPU with AMX) runs the forward
+    under autocast; the metrics move by bf16 rounding only, and an unknown dtype is refused."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4)
+    model = AutoModelForCausalLM.from_config(cfg)
+    recs = [{"instruction": f"{a}+{a}", "output": f"{a} plus {a} is {2 * a}. The answer is {2 * a}."}
+            for a in (12, 305, 47, 9)]
+    f32 = heldout_metrics(model, tiny_tokenizer, recs, 256)
+    b16 = heldout_metrics(model, tiny_tokenizer, recs, 256, dtype="bfloat16")
+    assert f32["n_digits"] == b16["n_digits"] > 0
+    assert b16["digit_nll"] == pytest.approx(f32["digit_nll"], rel=2e-2)
+    assert b16["digit_nll"] != f32["digit_nll"]  # it did run in bf16
+    assert sum(f32["by_example"]["n_digits"]) == f32["n_digits"]
+    with pytest.raises(ValueError, match="dtype='float16'"):
+        heldout_metrics(model, tiny_tokenizer, recs, 256, dtype="float16")
 
 
 def test_a_tokenizer_without_digits_measures_nothing(spacey_number_tokenizer):

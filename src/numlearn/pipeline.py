@@ -558,9 +558,10 @@ def table1_runs(rows: list[Row], seeds: list[int], *, experiment: str, store: Pa
 
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
                  selected: Path | None, command: str, primary_benchmark: str = "synthetic_test",
-                 selection_seeds: tuple[int, ...] = (0, 1, 2)) -> int:
+                 selection_seeds: tuple[int, ...] = (0, 1, 2), family_metrics: tuple[str, ...] = FAMILY_METRICS) -> int:
     """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report
-    (``primary_benchmark``: the benchmark whose CoT accuracy and distance are primary)."""
+    (``primary_benchmark``: the benchmark whose CoT accuracy and distance are primary; ``family_metrics``:
+    every row minus MLE on these is the declared family, Holm-adjusted together)."""
     from numlearn.reporting import aggregate, robustness
 
     runs = table1_runs(rows, seeds, experiment=experiment, store=store)
@@ -573,7 +574,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
     if len(seeds) >= MIN_SEEDS_FOR_ROBUSTNESS:
         with contextlib.redirect_stdout(io.StringIO()):
             rc = robustness.main([*runs, *args, "--primary-benchmark", primary_benchmark,
-                                  "--family-metrics", ",".join(FAMILY_METRICS),
+                                  "--family-metrics", ",".join(family_metrics),
                                   "--selection-seeds", ",".join(map(str, selection_seeds))])
     print(table_section(out / "table1.md", "Accuracy (%)"))
     print(f"(every table -- distance, digit metrics, minus MLE{', robustness' if rc == 0 and len(seeds) >= 3 else ''}"
@@ -649,6 +650,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
         p.add_argument("--command", default=None, help="the command recorded in the tables' header")
 
+    def study_metrics(p):
+        p.add_argument("--primary-benchmark", default="synthetic_test",
+                       help="the benchmark whose CoT accuracy and distance are primary (robustness.md)")
+        p.add_argument("--family-metrics", default=",".join(FAMILY_METRICS), metavar="M,M",
+                       help="the declared family: every row minus MLE on these metrics, Holm-adjusted together "
+                            "(accuracy, distance, digit_acc, digit_nll)")
+
     def running(p):
         p.add_argument("--jobs", type=int, default=4, help="rows at once (each trains on the preset's threads)")
         p.add_argument("--reuse", action="store_true", help="run only the seeds the store lacks a usable result for")
@@ -668,8 +676,10 @@ def main(argv: list[str] | None = None) -> int:
                         "with one line per seed saying whether they are identical; nothing is written there")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override every row trains and evaluates with (a shrunken rehearsal: make smoke)")
+    study_metrics(p)
     p = sub.add_parser("tables", help="Table 1's tables from the store only (no training)")
     common(p, "1")
+    study_metrics(p)
     p.add_argument("--from-seed", type=int, default=None,
                    help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
     p.add_argument("--rows", default=None)
@@ -862,7 +872,8 @@ def _dispatch(a) -> int:
         else:
             command = a.command or a.invocation
         rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,
-                          command=command)
+                          command=command, primary_benchmark=a.primary_benchmark,
+                          family_metrics=tuple(m for m in a.family_metrics.split(",") if m))
         if rc == 0 and a.out.resolve() == TABLE1_OUT.resolve():
             _docs_hint()
         if rc == 0 and a.cmd == "table1" and a.compare_with is not None:

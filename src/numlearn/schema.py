@@ -119,6 +119,7 @@ class TeacherForcedConfig:
     n: int = 200
     max_length: int = "${train.max_length}"  # type: ignore[assignment]  # an interpolation, typed int once resolved
     batch_size: int = 32
+    dtype: str = "float32"  # bfloat16: the forward under bf16 autocast (2x on a CPU with AMX; recorded)
 
 
 @dataclass

@@ -10,6 +10,7 @@ numbers in their solutions: the synthetic task's test split, GSM8K's solutions, 
 
     teacher_forced: {source: synthetic, n: 200}                      # the synthetic test split (data.seed, data.difficulty)
     teacher_forced: {source: file, file: <path>, n: 200}             # instruction/output, GSM8K or MATH records
+    teacher_forced: {..., dtype: bfloat16}                           # matmuls under bf16 autocast (CPU with AMX: 2x)
 
 The evaluator computes it once per model and writes it into every result file of that evaluation
 (``teacher_forced``); training records training only.
@@ -28,8 +29,9 @@ SOURCES = ("synthetic", "file")
 def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32) -> dict:
     """Teacher-forced CE and digit statistics of ``model`` on ``{"instruction", "output"}`` records
     (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
-    ``digit_nll``, ``n_digits``, ``n_examples``, plus ``mass_by_distance`` (mean p[k] by |k - target|)
-    and ``entropies`` (one per digit position) for analysis. ``vocab``: a ``DigitVocab`` or
+    ``digit_nll``, ``n_digits``, ``n_examples``, plus ``mass_by_distance`` (mean p[k] by |k - target|),
+    ``entropies`` (one per digit position) and ``by_example`` (per record, in order: ``n_digits``, ``correct``,
+    ``nll``; what a bootstrap over problems resamples) for analysis. ``vocab``: a ``DigitVocab`` or
     ``NumberVocab`` (``numlearn.losses.resolve_vocab``)."""
     from numlearn.data.collate import PadCollator, tokenize_records
     from numlearn.losses import IGNORE_INDEX, digit_summary, digit_view, shift_targets
@@ -41,6 +43,7 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
     ce_sum = n_tok = 0.0
     tot: dict = {}
     ents = []
+    per = {"n_digits": [], "correct": [], "nll": []}
     dev = next(model.parameters()).device
     with torch.no_grad():
         for i in range(0, len(feats), batch_size):
@@ -53,6 +56,11 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
             ents.append(s.pop("entropies").cpu())
             for k, v in s.items():
                 tot[k] = tot[k] + v if k in tot else v
+            for j in range(logits.shape[0]):  # each record's own sums (by_example); the totals stay the batch's
+                r = digit_summary(*digit_view(logits[j : j + 1], b["labels"][j : j + 1], vocab))
+                per["n_digits"].append(int(r["n"]))
+                per["correct"].append(int(r["correct"]))
+                per["nll"].append(round(float(r["nll"]), 6))
     model.train(was_training)
     n = float(tot.get("n", 0.0))
     nd = max(n, 1.0)
@@ -60,20 +68,25 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
             "digit_entropy": float(tot.get("entropy", 0.0)) / nd, "digit_nll": float(tot.get("nll", 0.0)) / nd,
             "n_digits": int(n), "n_examples": len(feats),
             "mass_by_distance": (tot["mass_by_distance"] / nd).tolist() if n else [0.0] * 10,
-            "entropies": torch.cat(ents).tolist() if ents else []}
+            "entropies": torch.cat(ents).tolist() if ents else [], "by_example": per}
 
 
-def heldout_metrics(model, tokenizer, records, max_length: int, batch_size: int = 32) -> dict:
-    """The scalar teacher-forced metrics (``SCALARS``) a result file records; ``{}`` for a tokenizer
-    without digit tokens (nothing to measure)."""
+def heldout_metrics(model, tokenizer, records, max_length: int, batch_size: int = 32, dtype: str = "float32") -> dict:
+    """The scalar teacher-forced metrics (``SCALARS``) a result file records and their ``by_example`` sums;
+    ``{}`` for a tokenizer without digit tokens (nothing to measure). ``dtype="bfloat16"``: the forward under
+    bf16 autocast (the weights stay as they are; digit statistics are computed in fp32)."""
     from numlearn.losses import TokenizerDigitError, resolve_vocab
 
     try:
         vocab = resolve_vocab(tokenizer)
     except TokenizerDigitError:
         return {}
-    m = teacher_forced_digits(model, tokenizer, records, vocab, max_length, batch_size)
-    return {k: m[k] for k in SCALARS}
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"eval.teacher_forced.dtype={dtype!r}: float32 or bfloat16")
+    dev = next(model.parameters()).device.type
+    with torch.autocast(dev, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+        m = teacher_forced_digits(model, tokenizer, records, vocab, max_length, batch_size)
+    return {**{k: m[k] for k in SCALARS}, "by_example": m["by_example"]}
 
 
 def teacher_forced_records(tcfg, data_cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict]:
@@ -142,5 +155,7 @@ def measure(model_path: str, tcfg, records: list[dict], model=None, tokenizer=No
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    m = heldout_metrics(model, tokenizer, records, int(tcfg.max_length), int(tcfg.get("batch_size") or 32))
-    return {**m, "source": str(tcfg.source), **({"file": str(tcfg.file)} if tcfg.get("file") else {})}
+    dtype = str(tcfg.get("dtype") or "float32")
+    m = heldout_metrics(model, tokenizer, records, int(tcfg.max_length), int(tcfg.get("batch_size") or 32), dtype)
+    return {**m, "source": str(tcfg.source), **({"file": str(tcfg.file)} if tcfg.get("file") else {}),
+            **({"dtype": dtype} if dtype != "float32" else {})}
