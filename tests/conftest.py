@@ -194,3 +194,48 @@ def saved_tiny_model(tmp_path_factory, tiny_tokenizer):
     AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
     tiny_tokenizer.save_pretrained(d)
     return d
+
+
+class CliResult:
+    """What a command-line run left: ``returncode``, ``stdout``, ``stderr`` (the exit message included, as the
+    interpreter prints it), and ``lines``: stderr's non-blank lines."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+        self.lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run an entry point in-process: ``cli("numlearn.train", ["loss=nope"], env={...})`` behaves as
+    ``python -m numlearn.train loss=nope`` does (exit status, stdout, stderr with the exit message), without
+    a new interpreter. One subprocess test per entry point keeps ``-m`` itself covered."""
+    import importlib
+    import sys
+
+    def run(module: str, argv: list[str], env: dict | None = None) -> CliResult:
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        main = importlib.import_module(module).main
+        capsys.readouterr()
+        code: object = 0
+        try:
+            ret = main(list(argv))
+            code = ret if isinstance(ret, int) else 0
+        except SystemExit as e:
+            code = e.code
+        finally:
+            try:
+                from hydra.core.global_hydra import GlobalHydra
+
+                GlobalHydra.instance().clear()
+            except ImportError:
+                pass
+        out = capsys.readouterr()
+        err = out.err
+        if isinstance(code, str):
+            err, code = err + code + "\n", 1
+        return CliResult(int(code or 0), out.out, err)
+
+    del sys  # the fixture's own import; kept local so a bare test module does not pay for it
+    return run

@@ -111,6 +111,7 @@ def _run(args, **kw):
 
 
 def test_unknown_group_choice_is_one_line():
+    """The one subprocess test of numlearn.train's one-line errors: ``-m`` itself; the rest run in-process."""
     r = _run(["numlearn.train", "loss=nope"])
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
@@ -118,7 +119,14 @@ def test_unknown_group_choice_is_one_line():
     assert "unknown loss 'nope'" in lines[0] and "del" in lines[0] and "mle" in lines[0]
 
 
+def test_an_unknown_group_choice_in_process_is_the_same_line(cli):
+    r = cli("numlearn.train", ["loss=nope"])
+    assert r.returncode == 1 and len(r.lines) == 1, r.stderr
+    assert "unknown loss 'nope'" in r.lines[0]
+
+
 def test_missing_data_root_is_one_line(tmp_path):
+    """The one subprocess test of numlearn.evaluate's one-line errors."""
     import os
 
     env = {**os.environ, "NUMLEARN_DATA_DIR": str(tmp_path / "nowhere")}
@@ -275,8 +283,8 @@ def test_official_harness_scales_with_the_layout_and_warns(tmp_path, shared_toke
     assert len(warnings) == 1 and "2.56" in warnings[0] and "1.28" in warnings[0]
 
 
-def test_official_harness_needs_a_preset():
-    r = _run(["numlearn.train", "loss=del", "harness=official"])
+def test_official_harness_needs_a_preset(cli):
+    r = cli("numlearn.train", ["loss=del", "harness=official"])
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1].startswith("numlearn.train: error: harness=official")
 
@@ -295,10 +303,8 @@ def test_official_harness_needs_a_preset():
     ("data.template=random", "data.template=official"),
     ("train.sampling=sorted", "train.sampling='sorted'; choose one of ('random', 'group_by_length')"),
 ])
-def test_bad_training_options_are_one_line(override, message, tmp_path):
-    import os
-
-    r = _run(["numlearn.train", "loss=del", override], env={**os.environ, "NUMLEARN_OUTPUT_DIR": str(tmp_path)})
+def test_bad_training_options_are_one_line(override, message, tmp_path, cli):
+    r = cli("numlearn.train", ["loss=del", override], env={"NUMLEARN_OUTPUT_DIR": str(tmp_path)})
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], r.stderr
@@ -313,29 +319,31 @@ def test_an_experiment_can_set_what_evaluation_loads():
     assert tiny.model_path == f"{tiny.run_dir}/final" and tiny.hydra.output_subdir == "eval/.hydra"
 
 
-def test_evaluation_refuses_to_start_without_the_os_sandbox(tmp_path):
-    import os
+def test_evaluation_refuses_to_start_without_the_os_sandbox(tmp_path, cli):
+    from numlearn.evaluation.sandbox import isolation_status
 
-    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap on PATH
-    r = _run(["numlearn.evaluate", "loss=del"], env=env)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-    assert r.returncode != 0 and len(lines) == 1 and "bubblewrap" in lines[0] and "allow_unsafe_exec" in lines[0]
-    r = _run(["numlearn.evaluate", "loss=del", "eval.allow_unsafe_exec=true"], env=env)
-    assert r.returncode != 0 and "bubblewrap" not in r.stderr and "not found: train it first" in r.stderr
+    env = {"PATH": str(tmp_path), "NUMLEARN_OUTPUT_DIR": str(tmp_path / "out")}  # no bwrap on PATH; never ./outputs
+    isolation_status.cache_clear()  # probed once per process: this process's answer must be this PATH's
+    try:
+        r = cli("numlearn.evaluate", ["loss=del"], env=env)
+        lines = r.lines
+        assert r.returncode != 0 and len(lines) == 1 and "bubblewrap" in lines[0] and "allow_unsafe_exec" in lines[0]
+        r = cli("numlearn.evaluate", ["loss=del", "eval.allow_unsafe_exec=true"], env=env)
+        assert r.returncode != 0 and "bubblewrap" not in r.stderr and "not found: train it first" in r.stderr
+    finally:
+        isolation_status.cache_clear()  # the next test probes the real PATH
 
 
-def test_an_unknown_model_offline_is_one_line(data_dir):
-    import os
-
-    env = {**os.environ, "NUMLEARN_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1"}
-    r = _run(["numlearn.evaluate", "eval=paper", "model_path=nosuchmodel", "eval.limit=1"], env=env)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+def test_an_unknown_model_offline_is_one_line(data_dir, cli, tmp_path):
+    env = {"NUMLEARN_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1", "NUMLEARN_OUTPUT_DIR": str(tmp_path)}
+    r = cli("numlearn.evaluate", ["eval=paper", "model_path=nosuchmodel", "eval.limit=1"], env=env)
+    lines = r.lines
     assert r.returncode != 0 and len(lines) == 1 and "'nosuchmodel'" in lines[0] and "offline" in lines[0]
 
 
 def test_a_paper_preset_dry_run_offline_names_the_offline_twin(tmp_path):
     """No hub: one line that names the preset's local tokenizer (model.assets_tokenizer), not a
-    Hugging Face traceback."""
+    Hugging Face traceback. (A subprocess: HF_HOME is read when huggingface_hub is first imported.)"""
     import os
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "NUMLEARN_OUTPUT_DIR": str(tmp_path),

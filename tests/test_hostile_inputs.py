@@ -4,9 +4,6 @@ each gets the right result or one clear line."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -84,10 +81,9 @@ def test_a_zero_program_timeout_is_refused(tmp_path):
 
 @pytest.mark.parametrize("override,message", [("eval.limit=-1", "eval.limit=-1"), ("eval.limit=0", "eval.limit=0"),
                                               ("eval.pot_timeout_s=0", "time out every program")])
-def test_bad_eval_options_are_one_line(override, message):
-    r = subprocess.run([sys.executable, "-m", "numlearn.evaluate", override], capture_output=True, text=True,
-                       cwd=REPO, timeout=120, env={**os.environ})
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+def test_bad_eval_options_are_one_line(override, message, cli, tmp_path):
+    r = cli("numlearn.evaluate", [override], env={"NUMLEARN_OUTPUT_DIR": str(tmp_path)})
+    lines = r.lines
     assert r.returncode != 0 and len(lines) == 1 and message in lines[0], r.stderr
 
 
@@ -112,7 +108,7 @@ def test_numpy_and_pandas_programs_run_under_strict(code, out):
     assert r.ok and r.stdout.strip() == out, r.error
 
 
-def test_truncated_weights_are_not_a_complete_run(tmp_path):
+def test_truncated_weights_are_not_a_complete_run(tmp_path, cli):
     import torch
     from safetensors.torch import save_file
 
@@ -131,10 +127,9 @@ def test_truncated_weights_are_not_a_complete_run(tmp_path):
     assert bad.startswith("model.safetensors") and not run_is_complete(run)
     w.write_bytes(b"\xff" * 16)  # not a safetensors file at all
     assert damaged_weights(run / "final") and not run_is_complete(run)
-    r = subprocess.run([sys.executable, "-m", "numlearn.evaluate", f"model_path={run / 'final'}", "eval.limit=1"],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-    assert r.returncode != 0 and len(lines) == 1 and "damaged weights" in lines[0], r.stderr
+    r = cli("numlearn.evaluate", [f"model_path={run / 'final'}", "eval.limit=1"],
+            env={"NUMLEARN_OUTPUT_DIR": str(tmp_path / "out")})
+    assert r.returncode != 0 and len(r.lines) == 1 and "damaged weights" in r.lines[0], r.stderr
 
 
 def test_conflicting_results_of_one_run_are_an_error_not_first_wins(tmp_path):
@@ -174,17 +169,16 @@ def test_a_copied_run_dir_keeps_its_fingerprint_and_a_retrained_one_does_not(tmp
     assert model_fingerprint(str(m)) != model_fingerprint(str(tmp_path / "elsewhere" / "run" / "final"))
 
 
-@pytest.mark.parametrize("cli,flag", [("numlearn.reporting.aggregate", "--out"),
+@pytest.mark.parametrize("module,flag", [("numlearn.reporting.aggregate", "--out"),
                                       ("numlearn.reporting.robustness", "--out"),
                                       ("numlearn.reporting.sweep", "--out"),
                                       ("numlearn.reporting.store", "--store")])
-def test_an_output_dir_that_is_a_file_is_one_line(cli, flag, tmp_path):
+def test_an_output_dir_that_is_a_file_is_one_line(module, flag, tmp_path, cli):
     f = tmp_path / "afile"
     f.write_text("x")
-    args = ["publish", str(tmp_path)] if cli.endswith("store") else [str(tmp_path)]
-    r = subprocess.run([sys.executable, "-m", cli, *args, flag, str(f / "sub")], capture_output=True, text=True,
-                       cwd=REPO, timeout=120)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    args = ["publish", str(tmp_path)] if module.endswith("store") else [str(tmp_path)]
+    r = cli(module, [*args, flag, str(f / "sub")])
+    lines = r.lines
     assert r.returncode == 2 and len(lines) == 1 and "is a file, not a directory" in lines[0], r.stderr
 
 

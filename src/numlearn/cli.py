@@ -3,6 +3,7 @@ mistakes users make most (an unknown config choice, a missing data root)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -93,6 +94,22 @@ def offline_if_hub_unreachable(prog: str, timeout_s: float = 3.0) -> bool:
     print(f"[{prog}] the Hugging Face hub ({host}) does not resolve: running offline (HF_HUB_OFFLINE=1); set "
           "HF_HUB_OFFLINE=0 to try it anyway", file=sys.stderr, flush=True)
     return True
+
+
+@contextlib.contextmanager
+def hydra_argv(prog: str, argv: list[str] | None):
+    """``sys.argv`` for a Hydra entry point: ``[prog, *argv]`` while it runs (restored after), or the process's
+    own when ``argv`` is None. So ``numlearn.train.main(["loss=del"])`` runs in-process as
+    ``python -m numlearn.train loss=del`` does (tests of one-line errors need no new interpreter)."""
+    if argv is None:
+        yield sys.argv
+        return
+    saved = sys.argv
+    sys.argv = [prog, *argv]
+    try:
+        yield sys.argv
+    finally:
+        sys.argv = saved
 
 
 def check_group_overrides(argv: list[str], prog: str) -> None:

@@ -20,6 +20,7 @@ from numlearn.cli import (
     check_output_writable,
     conf_dir,
     fail,
+    hydra_argv,
     io_failure,
     offline_if_hub_unreachable,
 )
@@ -195,11 +196,13 @@ def _main(cfg: DictConfig) -> None:
         fail("numlearn.evaluate", e, cfg.get("run_dir"), cfg.paths.output_dir)
 
 
-def main() -> None:
-    check_group_overrides(sys.argv, "numlearn.evaluate")
-    check_output_writable(sys.argv, "numlearn.evaluate")
-    offline_if_hub_unreachable("numlearn.evaluate")
-    _main()
+def main(argv: list[str] | None = None) -> None:
+    """``python -m numlearn.evaluate [overrides]``; ``argv``: the overrides, to run it in-process (a test, a notebook)."""
+    with hydra_argv("numlearn.evaluate", argv) as args:
+        check_group_overrides(args, "numlearn.evaluate")
+        check_output_writable(args, "numlearn.evaluate")
+        offline_if_hub_unreachable("numlearn.evaluate")
+        _main()
 
 
 if __name__ == "__main__":

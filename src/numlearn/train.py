@@ -21,6 +21,7 @@ from numlearn.cli import (
     check_output_writable,
     conf_dir,
     fail,
+    hydra_argv,
     io_failure,
     offline_if_hub_unreachable,
 )
@@ -47,11 +48,13 @@ def _main(cfg: DictConfig) -> None:
         sys.exit(f"numlearn.train: error: {line}")
 
 
-def main() -> None:
-    check_group_overrides(sys.argv, "numlearn.train")
-    check_output_writable(sys.argv, "numlearn.train")
-    offline_if_hub_unreachable("numlearn.train")
-    _main()
+def main(argv: list[str] | None = None) -> None:
+    """``python -m numlearn.train [overrides]``; ``argv``: the overrides, to run it in-process (a test, a notebook)."""
+    with hydra_argv("numlearn.train", argv) as args:
+        check_group_overrides(args, "numlearn.train")
+        check_output_writable(args, "numlearn.train")
+        offline_if_hub_unreachable("numlearn.train")
+        _main()
 
 
 if __name__ == "__main__":
