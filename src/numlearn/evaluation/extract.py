@@ -171,35 +171,6 @@ def extract_choice(text: str, letters: str = "ABCDE", force_letter: bool = False
     return letters[0] if force_letter else ""
 
 
-def extract_answer(benchmark: str | BenchmarkSpec, completion: str, protocol: str = "strict",
-                   force_choice_letter: bool = False) -> str:
-    """Normalised prediction for ``benchmark`` from a completion ("" when there is none), as the
-    scorer named ``protocol`` reads it (``numlearn.evaluation.scorers``). The official scorer
-    returns exactly the string the official code compares: for multiple choice after its forcing
-    of "A" when no letter A-J is found (``force_choice_letter`` is the strict scorer's opt-in to
-    the same rule)."""
-    from .scorers import get_scorer
-
-    return get_scorer(protocol).extract(as_spec(benchmark), completion, force_choice_letter)
-
-
-def normalize_truth(benchmark: str | BenchmarkSpec, answer, protocol: str = "strict") -> str:
-    """The ground truth as the scorer named ``protocol`` compares it, from the loader's raw answer."""
-    from .scorers import get_scorer
-
-    return get_scorer(protocol).truth(as_spec(benchmark), answer)
-
-
-def is_correct(benchmark: str | BenchmarkSpec, pred: str, ground_truth, protocol: str = "strict") -> bool:
-    """The comparator of the scorer named ``protocol`` on the raw ground truth. strict: exact
-    match of normalised strings (numbers compared as canonical decimal strings, so "5.0" == "5"
-    and "1,000" == "1000"); official: the official comparison (case-insensitive string equality
-    with the official loader's truth, the "(a)" substring rule; exact letters for multiple choice)."""
-    from .scorers import get_scorer
-
-    return get_scorer(protocol).correct(as_spec(benchmark), pred, ground_truth)
-
-
 def strict_extract(spec: BenchmarkSpec, completion: str, force_choice_letter: bool = False) -> str:
     if spec.answer == "number":
         return extract_number(completion, spec.triggers)

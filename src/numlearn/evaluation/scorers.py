@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from . import official
 from .extract import is_equivalent_symbolic, strict_extract, strict_is_correct, strict_truth
-from .spec import BenchmarkSpec
+from .spec import BenchmarkSpec, as_spec
 
 
 class Scorer:
@@ -156,3 +156,27 @@ def get_scorer(name: str | Scorer) -> Scorer:
 def check_protocol(protocol: str) -> str:
     """``protocol`` when a scorer has that name; the error names the choices otherwise."""
     return get_scorer(protocol).name
+
+
+# -- the public one-call forms: the scorer named ``protocol``, applied once --------------------------
+def extract_answer(benchmark: str | BenchmarkSpec, completion: str, protocol: str = "strict",
+                   force_choice_letter: bool = False) -> str:
+    """Normalised prediction for ``benchmark`` from a completion ("" when there is none), as the
+    scorer named ``protocol`` reads it (``numlearn.evaluation.scorers``). The official scorer
+    returns exactly the string the official code compares: for multiple choice after its forcing
+    of "A" when no letter A-J is found (``force_choice_letter`` is the strict scorer's opt-in to
+    the same rule)."""
+    return get_scorer(protocol).extract(as_spec(benchmark), completion, force_choice_letter)
+
+
+def normalize_truth(benchmark: str | BenchmarkSpec, answer, protocol: str = "strict") -> str:
+    """The ground truth as the scorer named ``protocol`` compares it, from the loader's raw answer."""
+    return get_scorer(protocol).truth(as_spec(benchmark), answer)
+
+
+def is_correct(benchmark: str | BenchmarkSpec, pred: str, ground_truth, protocol: str = "strict") -> bool:
+    """The comparator of the scorer named ``protocol`` on the raw ground truth. strict: exact
+    match of normalised strings (numbers compared as canonical decimal strings, so "5.0" == "5"
+    and "1,000" == "1000"); official: the official comparison (case-insensitive string equality
+    with the official loader's truth, the "(a)" substring rule; exact letters for multiple choice)."""
+    return get_scorer(protocol).correct(as_spec(benchmark), pred, ground_truth)

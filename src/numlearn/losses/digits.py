@@ -36,6 +36,14 @@ class DigitVocab:
         if self.dot_id is not None and self.dot_id in self.digit_ids:
             raise TokenizerDigitError("the '.' id collides with a digit id")
 
+    def digit_counts(self, targets):
+        """``[B, T]`` digits each target position carries: 1 at a digit token, 0 elsewhere (ignored included).
+        The protocol both vocabularies share (``NumberVocab.digit_counts``: a number token's length)."""
+        import torch
+
+        ids = torch.as_tensor(self.digit_ids, device=targets.device)
+        return (targets.unsqueeze(-1) == ids).any(-1).long()
+
 
 _GROUPING_HELP = (
     "Digit-level losses need one token per digit, or numbers tokenised into pure digit tokens of 1..K "

@@ -62,6 +62,13 @@ class NumberVocab:
     def single_digit(self) -> bool:
         return self.max_len == 1
 
+    def digit_counts(self, targets: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` digits of each target position's token (0: not a number token, or ignored): the
+        protocol both vocabularies share (``DigitVocab.digit_counts``)."""
+        size = max(max(self.ids), int(targets.max()) if targets.numel() else 0) + 1
+        length_of, _ = self.lookup(size, targets.device)
+        return torch.where(targets != IGNORE_INDEX, length_of[targets.clamp_min(0)], torch.zeros_like(targets))
+
     def by_length(self, length: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids ``[n_L]``, digit table ``[n_L, L]``) of the length-``L`` number tokens."""
         ids, table, _ = self._length_class(length, device)
@@ -206,10 +213,9 @@ def number_targets(targets: torch.Tensor, nv: NumberVocab, vocab_size: int, floa
 
 
 def digit_counts(targets: torch.Tensor, nv: NumberVocab) -> torch.Tensor:
-    """``[B, T]`` digits of each target position's token (0: not a number token, or ignored)."""
-    size = max(max(nv.ids), int(targets.max()) if targets.numel() else 0) + 1
-    length_of, _ = nv.lookup(size, targets.device)
-    return torch.where(targets != IGNORE_INDEX, length_of[targets.clamp_min(0)], torch.zeros_like(targets))
+    """``[B, T]`` digits of each target position's token (0: not a number token, or ignored):
+    ``nv.digit_counts(targets)``."""
+    return nv.digit_counts(targets)
 
 
 def number_digit_logits(logits2d: torch.Tensor, nt: NumberTargets, nv: NumberVocab,

@@ -151,13 +151,7 @@ def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted:
     """Number of digit targets in ``[B, T]`` labels (unshifted unless ``labels_shifted``): pass the
     sum over a whole optimizer step as ``num_digits_in_batch`` to get step-normalised numeric terms
     in your own loop (``numlearn.losses.step_counts`` does both counts)."""
-    targets = to_targets(labels, labels_shifted)
-    if not isinstance(vocab, DigitVocab):  # a NumberVocab: digits of number tokens
-        from .numbers import digit_counts
-
-        return int(digit_counts(targets, vocab).sum())
-    is_digit, _ = digit_values(targets, vocab)
-    return int(is_digit.sum())
+    return int(vocab.digit_counts(to_targets(labels, labels_shifted)).sum())  # a NumberVocab: number tokens' digits
 
 
 def count_targets(labels: torch.Tensor, labels_shifted: bool = False) -> int:
@@ -194,12 +188,7 @@ def count_examples(labels: torch.Tensor, vocab: DigitVocab | None = None, labels
     n_tok = int(torch.unique(ex[targets != IGNORE_INDEX]).numel())
     if vocab is None:
         return n_tok, 0
-    if not isinstance(vocab, DigitVocab):  # a NumberVocab
-        from .numbers import digit_counts
-
-        is_digit = digit_counts(targets, vocab) > 0
-    else:
-        is_digit, _ = digit_values(targets, vocab)
+    is_digit = vocab.digit_counts(targets) > 0
     return n_tok, int(torch.unique(ex[is_digit]).numel())
 
 
