@@ -86,3 +86,82 @@ def test_stored_runs_recompose_to_their_recipes():
         assert recipe_differences(training_recipe(r.training_config), training_recipe(cfg)) == [], f
         seen += 1
     assert seen >= 6
+
+
+# -- benchmarks: one schema for the evaluator, make data, the spec and the probe (issue 43) -----------------------
+BENCHMARKS = sorted(p.stem for p in (CONF / "eval" / "benchmark").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_benchmark_file_reads_through_the_one_schema(name):
+    from numlearn.evaluation.spec import BenchmarkSpec
+    from numlearn.schema import BenchmarkConfig, load_benchmark_config
+
+    b = load_benchmark_config(CONF / "eval" / "benchmark" / f"{name}.yaml")
+    assert OmegaConf.get_type(b) is BenchmarkConfig and b.name == name
+    assert bool(b.file) != bool(b.generator)  # a file under the data root, or a generator
+    assert BenchmarkSpec.from_config(b).name == name
+
+
+def _conf_copy(tmp_path: Path) -> Path:
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    return conf
+
+
+def test_a_misspelt_benchmark_key_is_refused_in_one_line_by_every_reader(tmp_path, cli, monkeypatch):
+    """It used to be ignored: svamp with ``triger:`` evaluated without its trigger."""
+    from numlearn.schema import load_benchmark_config
+
+    conf = _conf_copy(tmp_path)
+    f = conf / "eval" / "benchmark" / "svamp.yaml"
+    f.write_text(f.read_text() + "triger: ['####']\n")
+    with pytest.raises(ValueError, match="svamp.yaml: Key 'triger' not in 'BenchmarkConfig'"):
+        load_benchmark_config(f)
+    r = cli("numlearn.evaluate", ["eval=paper", "model_path=x"],
+            env={"NUMLEARN_CONF_DIR": str(conf), "NUMLEARN_OUTPUT_DIR": str(tmp_path / "out")})
+    assert r.returncode == 1 and len(r.lines) == 1, r.stderr
+    assert "conf/eval/benchmark/svamp.yaml: Key 'triger' not in 'BenchmarkConfig'" in r.lines[0]
+    from numlearn.data.fetch import wanted_files
+
+    with pytest.raises(ValueError, match="triger"):  # make data reads the same schema
+        wanted_files(conf)
+
+
+def test_a_misspelt_key_in_a_train_preset_file_is_one_line(tmp_path, cli):
+    conf = _conf_copy(tmp_path)
+    f = conf / "train" / "cpu.yaml"
+    f.write_text(f.read_text() + "learning_rat: 0.1\n")
+    r = cli("numlearn.train", ["loss=del"], env={"NUMLEARN_CONF_DIR": str(conf),
+                                                "NUMLEARN_OUTPUT_DIR": str(tmp_path / "out")})
+    assert r.returncode == 1 and len(r.lines) == 1, r.stderr
+    assert "conf/train/cpu.yaml: Key 'learning_rat' not in 'TrainConfig'" in r.lines[0]
+
+
+def test_a_local_benchmark_without_url_or_checksum_is_read_and_make_data_says_where_it_goes(tmp_path, capsys):
+    """A doc-conformant local benchmark (file, no url, no sha256) used to crash make data."""
+    from numlearn.data.fetch import fetch, wanted_files
+    from numlearn.evaluation.benchmarks import load_benchmark
+    from numlearn.schema import load_benchmark_config
+
+    conf = _conf_copy(tmp_path)
+    f = conf / "eval" / "benchmark" / "mine.yaml"
+    f.write_text("name: mine\nfile: benchmarks/mine/mine.jsonl\nloader: gsm8k\nanswer: number\n")
+    assert {"name": "mine", "file": "benchmarks/mine/mine.jsonl", "sha256": None, "url": None} in wanted_files(conf)
+    data = tmp_path / "data"
+    import numlearn.data.fetch as fetch_mod
+
+    orig = fetch_mod.wanted_files
+    fetch_mod.wanted_files = lambda: orig(conf)
+    try:
+        assert fetch(data, ["mine"]) == 1
+        assert "a local benchmark (no url in its config): put benchmarks/mine/mine.jsonl under" in capsys.readouterr().err
+        (data / "benchmarks" / "mine").mkdir(parents=True)
+        (data / "benchmarks" / "mine" / "mine.jsonl").write_text('{"question": "1+1?", "answer": "so #### 2"}\n')
+        assert fetch(data, ["mine"]) == 0
+    finally:
+        fetch_mod.wanted_files = orig
+    problems, info = load_benchmark(load_benchmark_config(f), data, tmp_path / "cache")
+    assert [p.answer for p in problems] == ["2"] and info["name"] == "mine"

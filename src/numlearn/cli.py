@@ -133,6 +133,37 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
                 sys.exit(f"{prog}: error: unknown {key} {v!r}; choose one of: {', '.join(choices)}")
 
 
+def check_composes(argv: list[str], config_name: str, prog: str) -> None:
+    """Compose the config the command will run (not a multirun: Hydra composes each job itself) and exit
+    with one line when a config file fails its schema -- a misspelt or unknown key in a YAML file, a value of
+    the wrong type -- naming the file, the key and the schema; Hydra's own report is a trace. Other
+    composition errors are left to Hydra."""
+    if any(a in ("-m", "--multirun") for a in argv[1:]):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    overrides = [a for a in argv[1:] if not a.startswith("-") and "=" in a
+                 and not a.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+            compose(config_name, overrides=overrides)
+    except ConfigCompositionException as e:
+        cause = e.__cause__ or e.__context__
+        if cause is None or type(cause).__name__ not in ("ConfigKeyError", "ValidationError", "KeyValidationError"):
+            return
+        import re
+
+        m = re.match(r"In '([^']+)'", str(e).strip())  # "In 'eval/benchmark/svamp': ConfigKeyError raised ..."
+        where = f"conf/{m.group(1)}.yaml" if m else "a config file"
+        what = str(cause).strip().splitlines()
+        full = next((ln.split(":", 1)[1].strip() for ln in what if ln.strip().startswith("full_key:")), "")
+        sys.exit(f"{prog}: error: {where}: {what[0]}"
+                 f"{f' ({full})' if full else ''}: fix the key or value there (its schema: numlearn.schema)")
+    except Exception:  # noqa: BLE001 - anything else (a bad override's grammar, a missing file): Hydra says it
+        return
+
+
 _IO_ERRNOS = {28: "no space left on the device", 122: "disk quota exceeded", 30: "a read-only file system",
               13: "permission denied"}
 _IO_TEXTS = {"No space left on device": 28, "os error 28": 28, "Read-only file system": 30, "os error 30": 30,

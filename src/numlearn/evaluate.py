@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.cli import (
+    check_composes,
     check_group_overrides,
     check_output_writable,
     conf_dir,
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     with hydra_argv("numlearn.evaluate", argv) as args:
         check_group_overrides(args, "numlearn.evaluate")
         check_output_writable(args, "numlearn.evaluate")
+        check_composes(args, "evaluate", "numlearn.evaluate")
         offline_if_hub_unreachable("numlearn.evaluate")
         _main()
 

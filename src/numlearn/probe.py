@@ -85,16 +85,15 @@ def slug(model: str) -> str:
 def dataset_records(name: str, data_dir: Path, n: int | None) -> tuple[list[dict], dict]:
     """The ``{"instruction", "output"}`` solutions of benchmark ``name`` (its ``conf/eval/benchmark`` file,
     sha256-checked), the first ``n``, and what they are."""
-    from omegaconf import OmegaConf
-
     from numlearn.data.sources import DataError, convert_record, read_records
     from numlearn.evaluation.benchmarks import resolve_file, sha256_file
+    from numlearn.schema import load_benchmark_config
 
     f = Path(conf_dir()) / "eval" / "benchmark" / f"{name}.yaml"
     if not f.is_file():
         names = sorted(p.stem for p in f.parent.glob("*.yaml"))
         raise ValueError(f"datasets: unknown benchmark {name!r}; choose from {', '.join(names)}")
-    bcfg = OmegaConf.load(f)
+    bcfg = load_benchmark_config(f)
     path, expected = resolve_file(bcfg, data_dir, REPO_ROOT / "data_cache")
     if not path.is_file():
         raise DataError(f"{name}: {path} not found: fetch the benchmarks with `make data` or pass data_dir=<root>")

@@ -123,6 +123,54 @@ class TeacherForcedConfig:
 
 
 @dataclass
+class GeneratorConfig:
+    """A benchmark's ``generator``: a split of the synthetic task, generated instead of read."""
+
+    split: str = MISSING  # train | val | test | test_ood
+    n: int = MISSING
+    seed: int = 0  # usually ${oc.select:data.seed,0}: the run's data seed
+    difficulty: Optional[str] = None
+
+
+@dataclass
+class BenchmarkConfig:
+    """``conf/eval/benchmark/<name>.yaml``: one benchmark as data. The one schema the evaluator
+    (``numlearn.evaluation.spec.BenchmarkSpec`` and the loader), ``make data`` (``numlearn.data.fetch``) and the
+    probe read; a misspelt key is refused where the file is read or composed."""
+
+    name: str = MISSING
+    loader: str = MISSING  # a function registered in numlearn.evaluation.benchmarks
+    answer: str = MISSING  # number | math | choice
+    choice_letters: str = ""  # answer=choice: the letters, e.g. ABCDE
+    triggers: List[str] = field(default_factory=list)  # beyond "The answer is(:)" / "the answer is"
+    max_new_tokens: int = 1500
+    # where the data is: a file under the data root (checked by sha256, counted), or a generator
+    file: Optional[str] = None
+    sha256: Optional[str] = None
+    records: Optional[int] = None
+    version: Optional[str] = None
+    url: Optional[str] = None  # where `make data` downloads the file (null: a local benchmark, put it there yourself)
+    generator: Optional[GeneratorConfig] = None
+
+
+def load_benchmark_config(path):
+    """The typed ``BenchmarkConfig`` (a DictConfig) of the benchmark file at ``path``; a misspelt or unknown key,
+    a missing required one or a wrongly typed value is a ``ValueError`` naming the file and the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(BenchmarkConfig), OmegaConf.load(path))
+        missing = sorted(OmegaConf.missing_keys(cfg))
+    except OmegaConfBaseException as e:
+        first = str(e).strip().splitlines()[0]
+        raise ValueError(f"benchmark config {path}: {first} (keys: numlearn.schema.BenchmarkConfig)") from None
+    if missing:
+        raise ValueError(f"benchmark config {path}: {', '.join(missing)} missing (numlearn.schema.BenchmarkConfig)")
+    return cfg
+
+
+@dataclass
 class EvalConfig:
     """``eval``: zero-shot greedy decoding with explicit sampling parameters, the scorer, the
     sandbox's knobs and the benchmarks (``conf/eval/benchmark/*.yaml``, composed by name)."""
@@ -130,7 +178,7 @@ class EvalConfig:
     backend: str = "hf"  # hf | vllm
     protocol: str = "strict"  # the scorer: strict | official | math-verify (numlearn.evaluation.scorers)
     modes: List[str] = field(default_factory=lambda: ["cot", "pot"])
-    benchmarks: Dict[str, Any] = field(default_factory=dict)
+    benchmarks: Dict[str, BenchmarkConfig] = field(default_factory=dict)  # each typed: a misspelt key is refused
     limit: Optional[int] = None  # the first N problems of each benchmark (null: all)
     batch_size: int = 64
     dtype: str = "float32"

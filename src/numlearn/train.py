@@ -17,6 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from numlearn.cli import (
+    check_composes,
     check_group_overrides,
     check_output_writable,
     conf_dir,
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     with hydra_argv("numlearn.train", argv) as args:
         check_group_overrides(args, "numlearn.train")
         check_output_writable(args, "numlearn.train")
+        check_composes(args, "config", "numlearn.train")
         offline_if_hub_unreachable("numlearn.train")
         _main()
 

@@ -20,17 +20,24 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from numlearn.cli import REPO_ROOT
+from numlearn.cli import conf_dir
 
 
-def wanted_files(conf: Path = REPO_ROOT / "conf") -> list[dict]:
-    """``{"name", "file", "sha256", "url"}`` for every file a config reads from the data root."""
+def wanted_files(conf: Path | None = None) -> list[dict]:
+    """``{"name", "file", "sha256", "url"}`` for every file a config reads from the data root (``conf``: the
+    config tree, ``numlearn.cli.conf_dir()`` by default). Benchmarks are read through their one schema
+    (``numlearn.schema.BenchmarkConfig``): a local benchmark may have no ``url`` and no ``sha256``."""
+    from numlearn.schema import load_benchmark_config
+
+    conf = Path(conf_dir()) if conf is None else Path(conf)
     out = []
     for f in sorted((conf / "eval" / "benchmark").glob("*.yaml")):
-        b = OmegaConf.load(f)
-        if b.get("file"):
+        b = load_benchmark_config(f)
+        if b.file:
             out.append({"name": b.name, "file": b.file, "sha256": b.sha256, "url": b.url})
     for f in sorted((conf / "data").glob("*.yaml")):
+        if f.stem.startswith("_"):
+            continue
         d = OmegaConf.load(f)
         for e in d.get("fetch") or []:
             out.append({"name": d.name, "file": e.file, "sha256": e.sha256, "url": e.url})
@@ -47,8 +54,13 @@ def fetch(out: Path, names: list[str] | None = None, mirror: Path | None = None)
         if names and w["name"] not in names:
             continue
         dest = out / w["file"]
-        if dest.exists() and _sha(dest.read_bytes()) == w["sha256"]:
-            print(f"ok       {w['name']}: {dest}")
+        if dest.exists() and (w["sha256"] is None or _sha(dest.read_bytes()) == w["sha256"]):
+            print(f"ok       {w['name']}: {dest}" + ("" if w["sha256"] else " (no sha256 pinned: not checked)"))
+            continue
+        if mirror is None and not w["url"]:
+            print(f"error    {w['name']}: a local benchmark (no url in its config): put {w['file']} under {out}",
+                  file=sys.stderr)
+            bad += 1
             continue
         try:
             if mirror is not None:
@@ -61,7 +73,7 @@ def fetch(out: Path, names: list[str] | None = None, mirror: Path | None = None)
             print(f"error    {w['name']}: {e}", file=sys.stderr)
             bad += 1
             continue
-        if _sha(data) != w["sha256"]:
+        if w["sha256"] and _sha(data) != w["sha256"]:
             print(f"error    {w['name']}: sha256 {_sha(data)} != {w['sha256']}; not written", file=sys.stderr)
             bad += 1
             continue

@@ -2,7 +2,8 @@
 ``BenchmarkSpec``, and everything downstream -- the loader, the prompt (multiple choice is primed),
 extraction, comparison, metrics -- reads this spec, never the benchmark's name.
 
-YAML keys: ``name``, ``loader`` (a function registered in ``numlearn.evaluation.benchmarks``),
+YAML keys (their schema: ``numlearn.schema.BenchmarkConfig``, the one the evaluator, ``make data`` and the
+probe read): ``name``, ``loader`` (a function registered in ``numlearn.evaluation.benchmarks``),
 ``answer`` (``number`` | ``math`` | ``choice``), ``choice_letters`` (choice only), ``triggers``
 (answer triggers beyond "The answer is:" / "The answer is" / "the answer is", e.g. GSM8K's "####"),
 ``max_new_tokens``, and where the data is: ``file`` + ``sha256`` + ``records`` (+ ``version``,
@@ -62,13 +63,12 @@ def as_spec(benchmark: str | BenchmarkSpec) -> BenchmarkSpec:
 
 @cache
 def _spec_by_name(name: str) -> BenchmarkSpec:
-    from omegaconf import OmegaConf
-
     from numlearn.cli import conf_dir
+    from numlearn.schema import load_benchmark_config
 
     folder = Path(conf_dir()) / "eval" / "benchmark"
     path = folder / f"{name}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ValueError(f"unknown benchmark {name!r}; choose one of {known} (or pass a BenchmarkSpec)")
-    return BenchmarkSpec.from_config(OmegaConf.load(path))
+    return BenchmarkSpec.from_config(load_benchmark_config(path))
