@@ -130,14 +130,18 @@ def test_a_misspelt_benchmark_key_is_refused_in_one_line_by_every_reader(tmp_pat
         wanted_files(conf)
 
 
-def test_a_misspelt_key_in_a_train_preset_file_is_one_line(tmp_path, cli):
+@pytest.mark.parametrize("path,line,schema", [("train/cpu.yaml", "learning_rat: 0.1", "TrainConfig"),
+                                               ("model/tiny.yaml", "dtyp: bfloat16", "ModelConfig")])
+def test_a_misspelt_key_in_a_preset_file_is_one_line(tmp_path, cli, path, line, schema):
+    """A model preset's misspelt key was silently ignored (it had no schema)."""
     conf = _conf_copy(tmp_path)
-    f = conf / "train" / "cpu.yaml"
-    f.write_text(f.read_text() + "learning_rat: 0.1\n")
+    f = conf / path
+    f.write_text(f.read_text() + line + "\n")
     r = cli("numlearn.train", ["loss=del"], env={"NUMLEARN_CONF_DIR": str(conf),
                                                 "NUMLEARN_OUTPUT_DIR": str(tmp_path / "out")})
     assert r.returncode == 1 and len(r.lines) == 1, r.stderr
-    assert "conf/train/cpu.yaml: Key 'learning_rat' not in 'TrainConfig'" in r.lines[0]
+    assert f"conf/{path}: Key '{line.split(':')[0]}' not in '{schema}'" in r.lines[0]
+    assert not (tmp_path / "out").exists()  # refused before any run dir
 
 
 def test_a_local_benchmark_without_url_or_checksum_is_read_and_make_data_says_where_it_goes(tmp_path, capsys):

