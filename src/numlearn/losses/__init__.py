@@ -12,6 +12,7 @@ This package imports nothing from the rest of numlearn.
 from .base import (
     AUX_NORMALIZATIONS,
     CE_NORMALIZATIONS,
+    DigitLoss,
     LossOutput,
     TokenLoss,
     digit_summary,
@@ -22,7 +23,7 @@ from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
 from .linear import LogitTransform
 from .numbers import NumberVocab, number_token_vocab
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
-from .registry import LOSSES, LossCapabilities, build_loss, capabilities, resolve_vocab
+from .registry import LOSSES, LossCapabilities, build_loss, capabilities, register_loss, resolve_vocab
 from .spans import (
     IGNORE_INDEX,
     DigitTargets,
@@ -38,7 +39,7 @@ from .steps import StepCounts, backward_scale, step_counts
 from .token_level import EMOLoss, MixCELoss
 
 __all__ = [
-    "AUX_NORMALIZATIONS", "CE_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
+    "AUX_NORMALIZATIONS", "DigitLoss", "register_loss", "CE_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
     "build_loss", "resolve_vocab", "count_digit_targets", "digit_summary", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
     "shift_targets", "NumberVocab", "number_token_vocab", "LogitTransform", "LossCapabilities", "capabilities", "StepCounts", "backward_scale", "count_examples", "count_targets", "example_ids", "step_counts", "to_targets",

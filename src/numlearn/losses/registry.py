@@ -23,6 +23,19 @@ LOSSES: dict[str, type[TokenLoss]] = {
 }
 
 
+def register_loss(name: str, cls: type[TokenLoss]) -> type[TokenLoss]:
+    """Make ``cls`` buildable as ``build_loss(name, ...)`` and ``loss=<name>`` (with a ``conf/loss/<name>.yaml``):
+    the one line a new loss needs besides its class (docs/extending.md). Usable as a decorator argument's
+    return; a name already taken by another class is refused."""
+    key = str(name).lower()
+    if not (isinstance(cls, type) and issubclass(cls, TokenLoss)):
+        raise TypeError(f"register_loss({name!r}, ...): a TokenLoss subclass (e.g. DigitLoss with a digit_term)")
+    if LOSSES.get(key, cls) is not cls:
+        raise ValueError(f"loss {key!r} is already registered ({LOSSES[key].__name__}); choose another name")
+    LOSSES[key] = cls
+    return cls
+
+
 @dataclass(frozen=True)
 class LossCapabilities:
     """What a loss can do, from its class's declarations (``TokenLoss``)."""
