@@ -9,7 +9,10 @@ the wrong logits without any error.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 DIGITS = "0123456789"
 
@@ -36,7 +39,7 @@ class DigitVocab:
         if self.dot_id is not None and self.dot_id in self.digit_ids:
             raise TokenizerDigitError("the '.' id collides with a digit id")
 
-    def digit_counts(self, targets):
+    def digit_counts(self, targets: torch.Tensor) -> torch.Tensor:
         """``[B, T]`` digits each target position carries: 1 at a digit token, 0 elsewhere (ignored included).
         The protocol both vocabularies share (``NumberVocab.digit_counts``: a number token's length)."""
         import torch
