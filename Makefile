@@ -151,7 +151,7 @@ smollm2-cost: setup assets data ## Seconds per step and per problem of SmolLM2-1
 
 SMOLLM2_SEEDS ?= 3
 smollm2-rows: setup assets data ## SmolLM2-135M fine-tuned on the synthetic task, MLE / DEL / DEL paper form (SMOLLM2_SEEDS=3, ~17 min a run) -> results/smollm2_synthetic
-	$(PIPELINE) table1 --experiment smollm2_synthetic --rows mle,del,del_paper:0.32 --selected none --seeds $(SMOLLM2_SEEDS) --jobs 1 --out results/smollm2_synthetic --command "make smollm2-rows SMOLLM2_SEEDS=$(SMOLLM2_SEEDS) REUSE=1" $(REUSE_FLAG)
+	$(PIPELINE) study smollm2_synthetic --seeds $(SMOLLM2_SEEDS) --jobs 1 --command "make smollm2-rows SMOLLM2_SEEDS=$(SMOLLM2_SEEDS) REUSE=1" $(REUSE_FLAG)
 
 # MLE single-digit vs chunked, DEL/NTL/DIST2 and whole-number NTL at weights chosen on its own validation sweep
 chunked-tiny: setup ## Digit-grouping tokenizer table on the tiny recipe (SEEDS=8, JOBS=n, REUSE=1) -> results/chunked_tiny
@@ -174,9 +174,8 @@ eval-smoke: setup assets ## SmolLM2-135M on the first N problems of the seven be
 	$(PY) -m numlearn.evaluation.score outputs/eval_smoke/smollm2-135m/*/*/generations.jsonl --check > /dev/null
 
 SMOLLM2_GSM8K_SEEDS ?= 5
-SMOLLM2_GSM8K_ROWS = mle,del:1.28,del_paper:0.32,del_ce:0.32
 smollm2-gsm8k: setup assets data ## SmolLM2-135M fine-tuned on GSM8K train: MLE / DEL 1.28 / paper form 0.32 / digit-CE 0.32 (SMOLLM2_GSM8K_SEEDS=5, ~15 min a run) -> results/smollm2_gsm8k
-	$(PIPELINE) table1 --experiment smollm2_gsm8k_study --rows $(SMOLLM2_GSM8K_ROWS) --selected none --seeds $(SMOLLM2_GSM8K_SEEDS) --jobs 1 --primary-benchmark gsm8k --family-metrics digit_acc,digit_nll --out results/smollm2_gsm8k --command "make smollm2-gsm8k SMOLLM2_GSM8K_SEEDS=$(SMOLLM2_GSM8K_SEEDS) REUSE=1" $(REUSE_FLAG)
+	$(PIPELINE) study smollm2_gsm8k --seeds $(SMOLLM2_GSM8K_SEEDS) --jobs 1 --command "make smollm2-gsm8k SMOLLM2_GSM8K_SEEDS=$(SMOLLM2_GSM8K_SEEDS) REUSE=1" $(REUSE_FLAG)
 
 train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on GSM8K train (CPU)
 	$(PY) -m numlearn.train experiment=smollm2_gsm8k_del

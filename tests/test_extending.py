@@ -119,7 +119,7 @@ def test_a_local_benchmark_needs_only_its_file(toy_tree):
 
 
 @pytest.mark.distributed  # jobs as processes, ~1 min: the multi-process tier (make test-distributed, CI)
-def test_the_study_recipe_runs_the_pipeline_and_a_rerun_trains_nothing(toy_tree, capsys):
+def test_the_study_recipe_runs_the_pipeline_and_a_rerun_trains_nothing(toy_tree, capsys, monkeypatch):
     """The page's study command on a toy preset (built-in losses: the pipeline's jobs are new processes)."""
     tmp, env = toy_tree
     (tmp / "conf" / "experiment" / "toy_study.yaml").write_text(
@@ -127,10 +127,11 @@ def test_the_study_recipe_runs_the_pipeline_and_a_rerun_trains_nothing(toy_tree,
         "defaults:\n  - override /model: toy_tiny\n  - override /train: smoke\n  - override /eval: toy\n"
         "experiment_name: toy_study\ndata:\n  n_train: 64\ntrain:\n  max_steps: 2\n"
         f"paths:\n  cache_dir: {tmp / 'cache'}\n")
-    cmd = next(ln for ln in DOC.split("## A study", 1)[1].split("```bash\n", 1)[1].split("```")[0]
-               .replace("\\\n", " ").splitlines() if ln.strip())
+    (tmp / "conf" / "study" / "toy_study.yaml").write_text(_yaml_block("## A study"))
+    cmd = DOC.split("## A study", 1)[1].split("```bash\n", 1)[1].split("```")[0].strip()
     argv = cmd.split()[3:]  # after "python -m numlearn.pipeline"
     argv = [a.replace("results/", f"{tmp}/results/") for a in argv]
+    monkeypatch.chdir(tmp)  # the study's out (results/toy_study) is relative: under tmp
     from numlearn import pipeline
 
     assert pipeline.main([*argv, "--outputs", str(tmp / "out"), "--jobs", "2", "--live", "off"]) == 0

@@ -26,12 +26,14 @@ LEVEL = {
     "records": 0,  # the run-dir paths and the RunRecord/ResultRecord contract
     "schema": 0,  # the config schema (Hydra structured configs)
     "losses": 0,  # the standalone loss library
-    "dtypes": 0, "tracking": 0,
+    "dtypes": 0, "tracking": 0, "jobs": 0,  # jobs: the job runner (processes, logs, the console)
     "cli": 1, "provenance": 1, "rundirs": 1, "integrations": 1,  # integrations: the losses and the trainers
     "assets": 2, "data": 2, "reporting": 2,  # reporting reads result files only (FORBIDDEN keeps it there)
     "training": 3, "evaluation": 3, "released": 3,
-    "train": 4, "evaluate": 4, "probe": 4, "pipeline": 4,  # entry points
-    "scripts": 5,
+    "train": 4, "evaluate": 4, "probe": 4,  # entry points
+    "planning": 4,  # rows x seeds -> jobs, from the configs and the store
+    "pipeline": 5,  # the orchestrator's CLI
+    "scripts": 6,
 }
 # package -> numlearn packages/modules it must never import
 FORBIDDEN = {

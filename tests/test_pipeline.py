@@ -267,17 +267,19 @@ def test_without_a_terminal_the_running_jobs_are_reported_every_interval(tmp_pat
     code = "import time\nfor i in range(1, 5):\n    print(f'step {i*10}/40', flush=True); time.sleep(0.6)"
     job = Job("slow", [("train", [py, "-c", code])], tmp_path / "slow.log")
     out = io.StringIO()
-    orig = pipeline.Progress
+    from numlearn import jobs
+
+    orig = jobs.Progress
 
     class Fast(orig):
         def __init__(self, jobs, stream=None, live=None):
             super().__init__(jobs, stream, live, every=0.9)
 
-    pipeline.Progress = Fast
+    jobs.Progress = Fast
     try:
-        assert pipeline.run_jobs([job], 1, stream=out, live=False) == []
+        assert jobs.run_jobs([job], 1, stream=out, live=False) == []
     finally:
-        pipeline.Progress = orig
+        jobs.Progress = orig
     beats = [ln for ln in out.getvalue().splitlines() if ln.startswith(">>  slow") and "step " in ln]
     assert beats and re.search(r"step \d+/40, ETA \d+ s  \(log: .*slow\.log\)", beats[-1]), out.getvalue()
     assert "1/1 jobs done" not in out.getvalue().splitlines()[0]
@@ -344,3 +346,77 @@ def test_released_table_averages_the_benchmarks_present_and_says_how_many(tmp_pa
     data = json.loads((tmp_path / "out" / "table.json").read_text())[f"{ck.name}/released"]
     assert data["macc"] == pytest.approx(25.0) and data["benchmarks_present"] == 3
     assert "| 25.0 (3 of 7) | 55.4 |" in md
+
+
+# -- studies as data (issue 43): conf/study/*.yaml --------------------------------------------------------------
+STUDIES = sorted(p.stem for p in (REPO / "conf" / "study").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_study_file_reads_through_its_schema(name):
+    cfg = pipeline.study(name)
+    assert cfg.name == name
+    if cfg.kind in ("rows", "pretrained", "ablation"):
+        assert cfg.rows and all(Row.parse(r) for r in cfg.rows)
+    if cfg.kind in ("sweep", "ablation", "chunked"):
+        assert cfg.grid and all(cfg.grid.values())
+
+
+def test_the_named_studies_are_what_their_files_say():
+    """The pipeline's Table 1, sweep, ablation, chunked and pretrained definitions are read from conf/study."""
+    from omegaconf import OmegaConf
+
+    t1 = OmegaConf.load(REPO / "conf" / "study" / "table1.yaml")
+    assert pipeline.TABLE1_LOSSES == tuple(t1.rows) and pipeline.EXPERIMENT == t1.experiment
+    ab = OmegaConf.load(REPO / "conf" / "study" / "ablation.yaml")
+    assert pipeline.ABLATION_CONTROLS == tuple(ab.controls) and pipeline.ABLATION_GRID["del"] == tuple(ab.grid["del"])
+
+
+def test_a_new_loss_in_the_table1_file_enters_reproduce_table1(recorded, tmp_path, monkeypatch):
+    """A line in conf/study/table1.yaml, not a constant in the code: the row is planned and tabulated."""
+    import importlib
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    f = conf / "study" / "table1.yaml"
+    f.write_text(f.read_text().replace("rows: [mle, ntl, dist2, del]", "rows: [mle, ntl, dist2, del, del_ce]"))
+    monkeypatch.setenv("NUMLEARN_CONF_DIR", str(conf))
+    calls, sel = recorded
+    fresh = importlib.reload(pipeline)
+    try:
+        for name in ("plan_rows", "run_jobs", "build_tables", "_docs_hint"):  # reload dropped the recorders
+            monkeypatch.setattr(fresh, name, {"plan_rows": lambda rows, seeds, **kw: calls.setdefault(
+                "plan", (rows, seeds, kw)) and [Job("x", [], tmp_path / "x.log")],
+                "run_jobs": lambda jobs, n, **kw: [], "build_tables": lambda rows, seeds, out, **kw: calls.setdefault(
+                "tables", (rows, seeds, out, kw)) and 0, "_docs_hint": lambda: None}[name])
+        assert fresh.main(["table1", "--seeds", "1", "--selected", "none"]) == 0
+        assert [r.label for r in calls["plan"][0]] == ["mle", "ntl", "dist2", "del", "del_ce"]
+    finally:
+        monkeypatch.delenv("NUMLEARN_CONF_DIR")
+        importlib.reload(pipeline)
+
+
+def test_a_rows_study_runs_as_table1_with_its_declarations(recorded):
+    calls, _ = recorded
+    assert pipeline.main(["study", "smollm2_gsm8k", "--seeds", "5", "--jobs", "1", "--reuse"]) == 0
+    rows, seeds, kw = calls["plan"]
+    assert [r.label for r in rows] == ["mle", "del:1.28", "del_paper:0.32", "del_ce:0.32"]
+    assert kw["experiment"] == "smollm2_gsm8k_study" and seeds == [0, 1, 2, 3, 4] and kw["reuse"]
+    _, _, out, t_kw = calls["tables"]
+    assert out == Path("results/smollm2_gsm8k") and t_kw["primary_benchmark"] == "gsm8k"
+    assert t_kw["family_metrics"] == ("digit_acc", "digit_nll") and t_kw["selected"] is None
+    assert t_kw["command"] == "make smollm2-gsm8k SEEDS=5 REUSE=1"
+
+
+def test_a_study_of_another_kind_or_a_misspelt_key_is_one_line(tmp_path, capsys, monkeypatch):
+    assert pipeline.main(["study", "ablation"]) == 2
+    assert "kind ablation: run `python -m numlearn.pipeline ablation`" in capsys.readouterr().err
+    assert pipeline.main(["study", "nope"]) == 2
+    assert "unknown study 'nope'" in capsys.readouterr().err
+    from numlearn.schema import load_study_config
+
+    f = tmp_path / "s.yaml"
+    f.write_text("name: s\nrowz: [mle]\n")
+    with pytest.raises(ValueError, match="Key 'rowz' not in 'StudyConfig'"):
+        load_study_config(f)

@@ -8,6 +8,7 @@
     python -m numlearn.pipeline ablation --seeds 8 --jobs 2 --reuse   # make ablation-tiny SEEDS=8 REUSE=1
     python -m numlearn.pipeline pretrained --seeds 8 --jobs 2 --reuse # make pretrained-tiny SEEDS=8 REUSE=1
     python -m numlearn.pipeline released --models qwen2.5-1.5b --with-base   # the authors' checkpoints, eval=paper
+    python -m numlearn.pipeline study smollm2_gsm8k --seeds 5 --reuse  # any conf/study file of kind rows
     python -m numlearn.pipeline runs experiment=table1_tiny loss=mle,del seed=0,1      # run dirs from the configs
     python -m numlearn.pipeline pending --store results/runs experiment=table1_tiny loss=del seed=0-7
 
@@ -21,8 +22,10 @@ running job. Every step resumes (training from its last checkpoint, generation f
 an interrupted command is re-run as it was. ``--reuse`` trains only the seeds the store lacks a usable
 result for (missing, or trained under another recipe: the reason is printed).
 
-This module sits above everything (it plans from the configs, reads the store and calls the
-reporting tools); nothing imports it.
+The studies are data: ``conf/study/<name>.yaml`` (``numlearn.schema.StudyConfig``) holds each one's rows, grids,
+outputs and declared family; Table 1's rows, the sweep's grid and the ablation's controls are read from there.
+Planning (rows x seeds -> jobs, from the configs and the store) is ``numlearn.planning``; running the jobs is
+``numlearn.jobs``. This module is the CLI above them; nothing imports it.
 """
 
 from __future__ import annotations
@@ -30,535 +33,96 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from numlearn.rundirs import recipe_differences, seed_list, training_recipe
+from numlearn.jobs import Job, PipelineError, report_failures, run_jobs
+from numlearn.planning import (
+    Request,
+    Row,
+    _fmt,
+    configured_run_roots,
+    parse_seeds,
+    pending_seeds,
+    plan,
+    plan_rows,
+    seeds_arg,
+    selected_arg,
+    selected_rows,
+    sweep_rows,
+    table1_runs,
+)
+from numlearn.planning import parse_grid as _parse_grid
+from numlearn.rundirs import recipe_differences, training_recipe
 
-EXPERIMENT = "table1_tiny"
-TABLE1_LOSSES = ("mle", "ntl", "dist2", "del")
 STORE = Path("results/runs")
 OUTPUTS = Path("outputs")
-TABLE1_OUT = Path("results/table1_tiny")
-SWEEP_OUT = Path("results/sweep_alpha")
-SELECTED = SWEEP_OUT / "selected.json"
-VAL_EVAL = "eval=synthetic_val"
-VAL_COLUMN = "synthetic_val (cot)"
 TEST_EXCLUDE = "synthetic_val"  # the split weights are chosen on never enters Table 1
-# Each numeric loss on the effective scale: the official weight x 1/128, 1/12.8, 1/4, 1, 2; DIST2 two
-# points lower as well (under recipe 1 its best point was the grid's lowest: results/archive).
-SWEEP_GRID = {"del": (0.01, 0.1, 0.32, 1.28, 2.56), "ntl": (0.1, 1.0, 3.2, 12.8, 25.6),
-              "dist2": (0.1, 0.32, 1.0, 10.0, 32.0, 128.0, 256.0)}
-# The ablation of DEL's parts (issue 27), on the Table 1 recipe and store: the code form (loss=del,
-# the default), the paper's form, no place weights, and the paper's ablation rows MixCE and EMO, at
-# the official effective weight; each form again at the weight its validation sweep chooses, on a grid
-# that reaches below the Table 1 sweep's lowest point (0.01, where that sweep chose).
-ABLATION_ROWS = ("mle", "del", "del_paper", "del_nopw", "mixce", "emo")
-# Controls for what the paper form's gain means (issue 40), 8 seeds each on the same recipe: digit-CE
-# upweighting alone (the paper form less its linear term) at both of the paper form's weights (1.28, the
-# official; 0.32, its validation choice), the same without place weights, and eq. 8 read literally (the
-# binary entropy of p(y)). Fixed weights, chosen before any of them ran: the paper form's.
-ABLATION_CONTROLS = ("del_ce:1.28", "del_ce:0.32", "del_ce_nopw:0.32", "del_bent:0.32")
-ABLATION_GRID = {"del": (0.001, 0.003, 0.01, 0.1, 0.32, 1.28, 2.56), "del_paper": (0.001, 0.01, 0.1, 0.32, 1.28)}
-ABLATION_OUT = Path("results/ablation_tiny")
-ABLATION_MODEL = "tiny"  # the store's model level: the chunked study's tiny_chunk3 runs share the experiment
-# Tokenizers that group digits (issue 28), on the Table 1 recipe and store: the tiny model with a tokenizer
-# that cuts every digit run into tokens of up to three digits, left to right, as Llama-3 does
-# (model=tiny_chunk3). MLE with single-digit tokens (Table 1's row, reused) against MLE chunked: the
-# tokenisation effect; DEL, NTL, DIST2 on number tokens and NTL on whole number tokens (ntl_number) at
-# the weights their validation sweep on the chunked model chooses.
-CHUNKED_MODEL = "tiny_chunk3"
-CHUNKED_GRID = {"del": (0.003, 0.01, 0.1, 1.28), "ntl": (0.1, 1.0, 12.8), "dist2": (1.0, 10.0, 128.0),
-                "ntl_number": (1.0e-4, 1.0e-3, 1.0e-2)}
-CHUNKED_OUT = Path("results/chunked_tiny")
-# A pretrained start (issue 27): each row fine-tunes its seed's MLE base (Table 1's MLE run, trained first
-# where missing) on a shifted task (conf/experiment/pretrained_tiny.yaml). MLE, DEL at the official weight
-# in both forms, and the weights the Table 1 sweep chose on validation (results/sweep_alpha/selected.json).
-PRETRAINED_EXPERIMENT = "pretrained_tiny"
-PRETRAINED_ROWS = ("mle", "del", "del_paper")
-PRETRAINED_PRIMARY = "synthetic_long3_test"
-PRETRAINED_OUT = Path("results/pretrained_tiny")
 MIN_SEEDS_FOR_ROBUSTNESS = 3  # robustness.md from 3 seeds (per-seed values); a verdict needs 5 (reporting.robustness)
+
+
+def study(name: str):
+    """The typed ``conf/study/<name>.yaml`` (``numlearn.schema.StudyConfig``): the studies are data."""
+    from numlearn.cli import conf_dir
+    from numlearn.schema import load_study_config
+
+    path = Path(conf_dir()) / "study" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise PipelineError(f"unknown study {name!r}; choose one of {', '.join(known)} (conf/study)")
+    return load_study_config(path)
+
+
+def _grid(cfg) -> dict[str, tuple[float, ...]]:
+    return {k: tuple(float(x) for x in v) for k, v in cfg.grid.items()}
+
+
+# The named studies' definitions, read once from conf/study (their comments say why each row and grid point).
+_TABLE1, _SWEEP, _ABLATION, _CHUNKED, _PRETRAINED = (study(n) for n in ("table1", "sweep", "ablation", "chunked",
+                                                                        "pretrained"))
+EXPERIMENT = str(_TABLE1.experiment)
+TABLE1_LOSSES = tuple(_TABLE1.rows)
+TABLE1_OUT = Path(_TABLE1.out)
+SWEEP_GRID = _grid(_SWEEP)
+SWEEP_OUT = Path(_SWEEP.out)
+SELECTED = Path(_TABLE1.selected)
+VAL_EVAL = str(_SWEEP.evaluate[0])
+VAL_COLUMN = str(_SWEEP.select_on)
+ABLATION_ROWS = tuple(_ABLATION.rows)
+ABLATION_CONTROLS = tuple(_ABLATION.controls)
+ABLATION_GRID = _grid(_ABLATION)
+ABLATION_OUT = Path(_ABLATION.out)
+ABLATION_MODEL = str(_ABLATION.model)
+CHUNKED_MODEL = str(_CHUNKED.model)
+CHUNKED_GRID = _grid(_CHUNKED)
+CHUNKED_OUT = Path(_CHUNKED.out)
+PRETRAINED_EXPERIMENT = str(_PRETRAINED.experiment)
+PRETRAINED_ROWS = tuple(_PRETRAINED.rows)
+PRETRAINED_PRIMARY = str(_PRETRAINED.primary_benchmark)
+PRETRAINED_OUT = Path(_PRETRAINED.out)
 # The declared headline family of every study (issue 40), fixed before its tables are rebuilt: each row minus MLE
 # on the study's primary CoT accuracy and on held-out digit accuracy, Holm-adjusted together (both the bootstrap
 # and the paired-t p); distance and digit NLL are secondary, reported uncorrected as exploratory.
-FAMILY_METRICS = ("accuracy", "digit_acc")
-
-
-class PipelineError(ValueError):
-    """A plan that cannot run: one line naming the problem and the fix."""
-
-
-# -- what to run ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Row:
-    loss: str
-    alpha: float | None = None
-    extra: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, spec: str) -> Row:
-        head, *extra = spec.split("+")
-        loss, _, alpha = head.partition(":")
-        if not re.fullmatch(r"[a-z0-9_]+", loss):
-            raise PipelineError(f"row {spec!r}: write loss[:alpha][+key=value...], e.g. del:1.28+loss.form=paper")
-        try:
-            a = float(alpha) if alpha else None
-        except ValueError:
-            raise PipelineError(f"row {spec!r}: alpha {alpha!r} is not a number") from None
-        for e in extra:
-            if "=" not in e:
-                raise PipelineError(f"row {spec!r}: {e!r} is not a key=value override")
-        return cls(loss, a, tuple(extra))
-
-    @property
-    def label(self) -> str:
-        head = self.loss if self.alpha is None else f"{self.loss}:{_fmt(self.alpha)}"
-        return "+".join((head, *self.extra))
-
-    def overrides(self) -> list[str]:
-        return [f"loss={self.loss}", *([f"loss.alpha={_fmt(self.alpha)}"] if self.alpha is not None else []),
-                *self.extra]
-
-
-def _fmt(x: float) -> str:
-    """A weight as the run dirs spell it (``alpha=1.0``, ``alpha=0.01``): Hydra reads ``1`` as an int."""
-    return repr(float(x))
-
-
-def parse_seeds(spec: str | int) -> list[int]:
-    """``8`` -> 0..7 (a count, as ``SEEDS=8``), ``3-7`` -> 3..7, ``0,2,5`` -> those."""
-    s = str(spec).strip()
-    if re.fullmatch(r"\d+", s):
-        n = int(s)
-        if n < 1:
-            raise PipelineError(f"--seeds {s}: give at least one seed (a count, a-b or a,b,c)")
-        return list(range(n))
-    if m := re.fullmatch(r"(\d+)-(\d+)", s):
-        a, b = int(m.group(1)), int(m.group(2))
-        if b < a:
-            raise PipelineError(f"--seeds {s}: the range is empty (write low-high)")
-        return list(range(a, b + 1))
-    try:
-        return seed_list(f"seed={s}")
-    except ValueError as e:
-        raise PipelineError(f"--seeds {s}: {e}") from None
-
-
-def seeds_arg(seeds: list[int]) -> str:
-    return ",".join(map(str, seeds))
-
-
-def selected_arg(value: str) -> Path | None:
-    """``--selected``: a selected.json, or ``none`` (no chosen weights added, no row labelled val-chosen)."""
-    return None if value.strip().lower() == "none" else Path(value)
-
-
-def selected_rows(path: Path | None = SELECTED) -> list[Row]:
-    """The sweep's validation-chosen weights as rows (none before ``sweep`` has chosen, or for ``None``)."""
-    if path is None or not path.is_file():
-        return []
-    try:
-        chosen = json.loads(path.read_text())
-        return [Row(loss, float(v["alpha"])) for loss, v in chosen.items()]
-    except (ValueError, KeyError, TypeError) as e:
-        raise PipelineError(f"{path} is not the sweep's selected.json ({e}): rerun `make sweep-report`") from None
-
-
-def sweep_rows(grid: dict[str, tuple[float, ...]]) -> list[Row]:
-    return [Row("mle")] + [Row(loss, a) for loss, alphas in grid.items() for a in alphas]
+FAMILY_METRICS = tuple(_TABLE1.family_metrics)
 
 
 def parse_grid(items: list[str], base: dict[str, tuple[float, ...]] | None = None) -> dict[str, tuple[float, ...]]:
     """``base`` (Table 1's sweep grid by default) with each ``loss=a,b,c`` item replacing a loss's grid."""
-    grid = dict(SWEEP_GRID if base is None else base)
-    for it in items:
-        loss, _, vals = it.partition("=")
-        try:
-            grid[loss] = tuple(float(v) for v in vals.split(",") if v)
-        except ValueError:
-            raise PipelineError(f"--grid {it!r}: write loss=a,b,c with numbers") from None
-        if not grid[loss]:
-            raise PipelineError(f"--grid {it!r} names no weight")
-    return grid
+    return _parse_grid(items, SWEEP_GRID if base is None else base)
 
 
-# -- the configs: run dirs and the store ----------------------------------------------------------
-def _seed_override(o: str) -> list[int]:
-    """The seeds of a ``seed=`` override: a range (``seed=3-7``) or a list (``seed=0,1,2``)."""
-    return parse_seeds(o.split("=", 1)[1]) if re.fullmatch(r"seed=\d+-\d+", o) else seed_list(o)
-
-
-def configured_run_roots(overrides: list[str]) -> list[Path]:
-    """One run root (seed level stripped) per value of a comma-separated ``loss=`` override; with a
-    ``seed=`` override (``seed=0,1,2``), the run directories of those seeds instead."""
-    from hydra import compose, initialize_config_dir
-
-    from numlearn.cli import conf_dir
-
-    losses, seeds, rest = ["mle"], None, []
-    for o in overrides:
-        if o.startswith("loss="):
-            losses = o.split("=", 1)[1].split(",")
-        elif o.startswith("seed="):
-            seeds = _seed_override(o)
-        else:
-            rest.append(o)
-    out = []
-    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-        for loss in losses:
-            for seed in seeds or [None]:
-                cfg = compose("config", overrides=[*rest, f"loss={loss}", *([f"seed={seed}"] if seeds else [])])
-                out.append(Path(cfg.run_dir) if seeds else Path(cfg.run_dir).parent)
-    return out
-
-
-def stored_result_problem(d: Path, protocol: str, limit, recipe: dict) -> str | None:
-    """Why the store's result in ``d`` (``.../eval/<benchmark>/<mode>``) cannot stand for this run;
-    None when it can."""
-    from numlearn.records import RESULT
-    from numlearn.reporting.store import read_result
-
-    found = [f for f in (d / RESULT, d / f"result.{protocol}.json") if f.exists()]
-    if not found:
-        return "no result"
-    why = []
-    for f in found:
-        r = read_result(f)
-        if r.protocol != protocol:
-            why.append(f"protocol {r.protocol}")
-            continue
-        if r.limit != limit:
-            why.append(f"problem limit {r.limit}")
-            continue
-        # the recipe the model was trained with (run.json, through the evaluator)
-        diff = recipe_differences(training_recipe(r.training_config), recipe)
-        if diff:
-            why.append("trained with another recipe (" + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "") + ")")
-            continue
-        return None
-    return ", ".join(why)
-
-
-def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[int]:
-    """The seeds of ``overrides`` (``seed=0,1,2``) without a usable stored result for every
-    benchmark and mode of their ``eval`` config (``stored_result_problem``). ``report(seed, why)``
-    hears the reason for each."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from numlearn.cli import conf_dir
-    from numlearn.evaluation.spec import BenchmarkSpec
-
-    seeds, rest = [0], []
-    for o in overrides:
-        if o.startswith("seed="):
-            seeds = _seed_override(o)
-        else:
-            rest.append(o)
-    store = Path(store)
-    todo = []
-    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-        for seed in seeds:
-            cfg = compose("evaluate", overrides=[*rest, f"seed={seed}"])
-            outputs = Path(str(cfg.paths.output_dir)).resolve()
-            try:
-                rel = Path(str(cfg.eval_dir)).resolve().relative_to(outputs)
-            except ValueError:
-                raise ValueError(f"eval_dir {cfg.eval_dir} is outside paths.output_dir {outputs}: the store mirrors "
-                                 "the output directory, so leave eval_dir at its default") from None
-            ecfg = cfg.eval
-            limit = OmegaConf.to_container(ecfg).get("limit")
-            protocol = str(ecfg.protocol)
-            recipe = training_recipe(cfg)
-            problems = {f"{name}/{mode}": stored_result_problem(store / rel / name / mode, protocol, limit, recipe)
-                        for name, bcfg in ecfg.benchmarks.items()
-                        for mode in BenchmarkSpec.from_config(bcfg).modes(ecfg.modes)}
-            bad = {k: v for k, v in problems.items() if v is not None}
-            if bad:
-                todo.append(seed)
-                if report:
-                    report(seed, "; ".join(f"{k}: {v}" for k, v in bad.items()))
-    return todo
-
-
-# -- jobs -----------------------------------------------------------------------------------------
-@dataclass
-class Job:
-    """One row: its steps run one after another, their output appended to ``log``."""
-
-    name: str
-    steps: list[tuple[str, list[str]]]  # (phase, argv)
-    log: Path
-    phase: str = "waiting"
-    started: float | None = None
-    ended: float | None = None
-    rc: int | None = None
-    note: str = ""
-    procs: list = field(default_factory=list)
-    phase_started: float | None = None
-
-    def status_line(self, now: float) -> str:
-        t = f"{(self.ended or now) - self.started:5.0f} s" if self.started else "      "
-        mark = {"done": "ok ", "failed": "ERR", "skipped": "-- "}.get(self.phase, ">> " if self.started else ".. ")
-        return f"{mark} {self.name:<32} {self.phase:<9} {t}  {self.note}"[:200]
-
-    def progress_note(self, tail: str, now: float) -> str:
-        """What a person reads while a step runs: ``step 350/1000, ETA 3 min`` from the training's last
-        step line (``step N/M ...``), else a progress bar's ``N/M`` on the last line, with the log's path;
-        else the log's last line. ``tail``: the log's last lines (a save's ``1/1`` bar after the last step
-        line is not the step count)."""
-        lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-        last_line = lines[-1] if lines else ""
-        m = next((m for ln in reversed(lines) if (m := _STEP.search(ln))), None) if self.phase == "train" else None
-        m = m or _BAR.search(last_line)
-        if not m:
-            return last_line
-        done, total = int(m.group(1)), int(m.group(2))
-        eta = ""
-        if self.phase_started and 0 < done < total:
-            left = (now - self.phase_started) / done * (total - done)
-            eta = f", ETA {left / 60:.0f} min" if left >= 90 else f", ETA {left:.0f} s"
-        return f"{'step ' if m.re is _STEP else ''}{done}/{total}{eta}  (log: {self.log})"
-
-
-_STEP = re.compile(r"\bstep (\d+)/(\d+)\b")
-_BAR = re.compile(r"\b(\d+)/(\d+) \[")  # tqdm: " 12/200 [00:03<..."
-
-
-def row_job(row: Row, seed: int, *, experiment: str, evaluations: list[tuple[str, ...]], store: Path,
-            outputs: Path, python: str = sys.executable) -> Job:
-    """Train (row, seed), run each evaluation (a tuple of evaluate overrides: ``()`` the preset's test
-    evaluation, ``("eval=synthetic_val",)`` the sweep's), publish the run's result files."""
-    base = [f"experiment={experiment}", *row.overrides(), f"seed={seed}"]
-    (run,) = configured_run_roots([f"experiment={experiment}", *row.overrides(), f"paths.output_dir={outputs}",
-                                   f"seed={seed}"])
-    steps = [("train", [python, "-m", "numlearn.train", "-m", *base, f"paths.output_dir={outputs}"])]
-    for ev in evaluations:
-        steps.append(("evaluate" + (f" {ev[0].split('=', 1)[-1]}" if ev else ""),
-                      [python, "-m", "numlearn.evaluate", "-m", *base, f"paths.output_dir={outputs}", *ev]))
-    steps.append(("publish", [python, "-m", "numlearn.reporting.store", "publish", str(run), "--outputs",
-                              str(outputs), "--store", str(store)]))
-    safe = re.sub(r"[^A-Za-z0-9_.:=+-]", "_", f"{row.label}_seed={seed}")
-    return Job(f"{row.label} seed={seed}", steps, outputs / "pipeline" / f"{safe}.log")
-
-
-@dataclass(frozen=True)
-class Request:
-    """Rows x seeds, each evaluated with ``evaluate`` (evaluate overrides; ``()``: the preset's test split)."""
-
-    rows: tuple[Row, ...]
-    seeds: tuple[int, ...]
-    evaluate: tuple[str, ...] = ()
-
-
-def plan(requests: list[Request], *, experiment: str, store: Path, outputs: Path, reuse: bool,
-         say=print) -> list[Job]:
-    """A job per (row, seed), seed-major (every row's seed 0 first, so a sitting cut short leaves
-    whole seeds), each publishing its result files as soon as it ends. A (row, seed) that several
-    requests want is one job with their evaluations in turn (never two trainings of one run dir at
-    once). With ``reuse``, only what the store lacks."""
-    wanted: dict[tuple[str, int], tuple[Row, list[tuple[str, ...]]]] = {}
-    for req in requests:
-        for row in req.rows:
-            todo = list(req.seeds)
-            tag = f"[{row.label}{' ' + ' '.join(req.evaluate) if req.evaluate else ''}]"
-            if reuse:
-                def report(seed, why, tag=tag):
-                    say(f"{tag} seed={seed}: {why}")
-                todo = pending_seeds([f"experiment={experiment}", *row.overrides(), f"seed={seeds_arg(todo)}",
-                                      *req.evaluate], store, report=report)
-                if not todo:
-                    say(f"{tag} every seed has stored results (--reuse): nothing to run")
-                    continue
-                say(f"{tag} seeds without stored results: {seeds_arg(todo)}")
-            runs = configured_run_roots([f"experiment={experiment}", *row.overrides(), f"paths.output_dir={outputs}",
-                                         f"seed={seeds_arg(todo)}"])
-            for seed, run in zip(todo, runs):  # keyed by the run dir: "del_paper" and "del_paper:1.28" are one
-                evs = wanted.setdefault((str(run), seed), (row, []))[1]
-                if req.evaluate not in evs:
-                    evs.append(req.evaluate)
-    order = sorted(wanted, key=lambda k: k[1])  # stable: rows keep their order within a seed
-    return [row_job(wanted[k][0], k[1], experiment=experiment, evaluations=wanted[k][1], store=store,
-                    outputs=outputs) for k in order]
-
-
-def plan_rows(rows: list[Row], seeds: list[int], *, experiment: str, evaluate_overrides: list[str], store: Path,
-              outputs: Path, reuse: bool, say=print) -> list[Job]:
-    """``plan`` of one request: ``rows`` x ``seeds``, one evaluation."""
-    return plan([Request(tuple(rows), tuple(seeds), tuple(evaluate_overrides))], experiment=experiment, store=store,
-                outputs=outputs, reuse=reuse, say=say)
-
-
-class Progress:
-    """On a terminal, redrawn in place: one line per running (or failed) job and a count of the rest;
-    otherwise one line at each phase change."""
-
-    def __init__(self, jobs: list[Job], stream=None, live: bool | None = None, every: float | None = None):
-        self.jobs, self.stream = jobs, stream or sys.stdout
-        self.live = self.stream.isatty() if live is None else live
-        self.lock = threading.Lock()
-        self._drawn = 0
-        # not on a terminal (make into a pipe or a file): the running jobs' lines every `every` seconds
-        self.every = float(os.environ.get("NUMLEARN_PROGRESS_EVERY", 60)) if every is None else every
-        self._last_beat = time.time()
-
-    def event(self, job: Job) -> None:
-        with self.lock:
-            if self.live:
-                self._redraw()
-            else:
-                print(job.status_line(time.time()).rstrip(), file=self.stream, flush=True)
-
-    def summary(self) -> str:
-        n = {k: sum(j.phase == k for j in self.jobs) for k in ("done", "failed", "waiting")}
-        running = len(self.jobs) - sum(n.values())
-        return f"{n['done']}/{len(self.jobs)} jobs done, {running} running, {n['waiting']} waiting, {n['failed']} failed"
-
-    def _redraw(self) -> None:
-        now = time.time()
-        shown = [j for j in self.jobs if j.phase not in ("done", "waiting")]
-        if self._drawn:
-            self.stream.write(f"\x1b[{self._drawn}F")
-        lines = [j.status_line(now) for j in shown] + [self.summary()]
-        for ln in lines:
-            self.stream.write("\x1b[2K" + ln + "\n")
-        for _ in range(self._drawn - len(lines)):  # the lines of jobs that ended since
-            self.stream.write("\x1b[2K\n")
-        self._drawn = max(self._drawn, len(lines))
-        self.stream.flush()
-
-    def tick(self) -> None:
-        if self.live:
-            with self.lock:
-                self._redraw()
-            return
-        now = time.time()
-        if self.every > 0 and now - self._last_beat >= self.every:
-            self._last_beat = now
-            with self.lock:
-                for j in self.jobs:
-                    if j.started and j.phase not in ("done", "failed", "waiting", "stopped"):
-                        print(j.status_line(now).rstrip(), file=self.stream, flush=True)
-                print(f"   {self.summary()}", file=self.stream, flush=True)
-
-
-def _tail(log: Path, size: int = 4096) -> str:
-    """The log's last ``size`` bytes, carriage returns (progress bars) as line ends."""
-    try:
-        with log.open("rb") as f:
-            f.seek(max(0, log.stat().st_size - size))
-            return f.read().decode("utf-8", "replace").replace("\r", "\n")
-    except OSError:
-        return ""
-
-
-def _last_line(log: Path) -> str:
-    return next((ln.strip() for ln in reversed(_tail(log).splitlines()) if ln.strip()), "")
-
-
-def run_job(job: Job, progress: Progress, stop: threading.Event, env: dict) -> None:
-    job.log.parent.mkdir(parents=True, exist_ok=True)
-    job.started = time.time()
-    with job.log.open("a", encoding="utf-8") as log:
-        for phase, argv in job.steps:
-            if stop.is_set():
-                job.phase, job.rc = "stopped", -1
-                break
-            job.phase, job.phase_started, job.note = phase, time.time(), f"(log: {job.log})"
-            progress.event(job)
-            log.write(f"\n$ {' '.join(argv)}\n")
-            log.flush()
-            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            job.procs.append(p)
-            while p.poll() is None:
-                job.note = job.progress_note(_tail(job.log), time.time())
-                time.sleep(0.5)
-            job.procs.remove(p)
-            if p.returncode != 0:
-                job.phase, job.rc, job.note = "failed", p.returncode, f"{phase} exited {p.returncode}: see {job.log}"
-                break
-        else:
-            job.phase, job.rc, job.note = "done", 0, ""
-    job.ended = time.time()
-    progress.event(job)
-
-
-def run_jobs(jobs: list[Job], n_jobs: int, stream=None, live: bool | None = None) -> list[Job]:
-    """Run ``jobs``, ``n_jobs`` at once; returns the failed ones (after every job has ended). Ctrl-C
-    stops every running step (its process group) and raises KeyboardInterrupt."""
-    if n_jobs < 1:
-        raise PipelineError(f"--jobs {n_jobs}: give at least 1")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    progress = Progress(jobs, stream, live)
-    stop = threading.Event()
-    queue = list(jobs)
-    qlock = threading.Lock()
-
-    def worker():
-        while not stop.is_set():
-            with qlock:
-                if not queue:
-                    return
-                job = queue.pop(0)
-            run_job(job, progress, stop, env)
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(n_jobs, len(jobs)))]
-    for t in threads:
-        t.start()
-    try:
-        while any(t.is_alive() for t in threads):
-            progress.tick()
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        stop.set()
-        for j in jobs:
-            for p in list(j.procs):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGTERM)
-        for t in threads:
-            t.join(timeout=30)
-        raise
-    for t in threads:
-        t.join()
-    progress.tick()
-    return [j for j in jobs if j.rc != 0]
-
-
-def _report_failures(failed: list[Job], say) -> None:
-    for j in failed:
-        say(f"[{j.name}] {j.note or 'stopped'}; its last lines:")
-        try:
-            tail = j.log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        except OSError:
-            tail = []
-        for ln in tail:
-            say(f"[{j.name}]   {ln}")
+_report_failures = report_failures  # the name before the job runner moved to numlearn.jobs
 
 
 # -- the commands ---------------------------------------------------------------------------------
-def table1_runs(rows: list[Row], seeds: list[int], *, experiment: str, store: Path) -> list[str]:
-    """The store's run directories of ``rows`` x ``seeds`` (what the tables read)."""
-    out = []
-    for row in rows:
-        out += [str(p) for p in configured_run_roots([f"experiment={experiment}", *row.overrides(),
-                                                      f"paths.output_dir={store}", f"seed={seeds_arg(seeds)}"])]
-    return out
-
-
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
                  selected: Path | None, command: str, primary_benchmark: str = "synthetic_test",
-                 selection_seeds: tuple[int, ...] = (0, 1, 2), family_metrics: tuple[str, ...] = FAMILY_METRICS) -> int:
+                 selection_seeds: tuple[int, ...] = (0, 1, 2), family_metrics: tuple[str, ...] = FAMILY_METRICS,
+                 family: tuple[str, ...] = ()) -> int:
     """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report
     (``primary_benchmark``: the benchmark whose CoT accuracy and distance are primary; ``family_metrics``:
     every row minus MLE on these is the declared family, Holm-adjusted together)."""
@@ -575,6 +139,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
         with contextlib.redirect_stdout(io.StringIO()):
             rc = robustness.main([*runs, *args, "--primary-benchmark", primary_benchmark,
                                   "--family-metrics", ",".join(family_metrics),
+                                  *(x for f in family for x in ("--family", f)),
                                   "--selection-seeds", ",".join(map(str, selection_seeds))])
     print(table_section(out / "table1.md", "Accuracy (%)"))
     print(f"(every table -- distance, digit metrics, minus MLE{', robustness' if rc == 0 and len(seeds) >= 3 else ''}"
@@ -677,6 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override every row trains and evaluates with (a shrunken rehearsal: make smoke)")
     study_metrics(p)
+    p = sub.add_parser("study", help="a study of conf/study/<name>.yaml whose kind is rows (smollm2_gsm8k, ...): "
+                                     "train, evaluate, publish its rows x seeds, then its tables")
+    p.add_argument("name", help="the study's file name in conf/study")
+    common(p, "1")
+    running(p)
+    p.add_argument("--out", type=Path, default=None, help="where the tables go (default: the study's out)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override every row trains and evaluates with")
+    p.add_argument("--tables-only", action="store_true", help="the tables from the store only (no training)")
     p = sub.add_parser("tables", help="Table 1's tables from the store only (no training)")
     common(p, "1")
     study_metrics(p)
@@ -850,6 +424,8 @@ def _dispatch(a) -> int:
             raise PipelineError(f"--seeds {a.seeds} leaves no seed from {a.from_seed} on (the sweep's seeds are "
                                 f"0..{a.from_seed - 1}): give more seeds, e.g. --seeds 8")
     live = {"auto": None, "on": True, "off": False}.get(getattr(a, "live", "auto"))
+    if a.cmd == "study":
+        _study_as_table1(a)
     if a.cmd in ("table1", "tables"):
         rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
         rows += [r for r in selected_rows(a.selected) if r not in rows]
@@ -863,7 +439,7 @@ def _dispatch(a) -> int:
                              outputs=a.outputs, reuse=a.reuse, say=_say)
             failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
             if failed:
-                _report_failures(failed, _say)
+                report_failures(failed, _say)
                 return 1
             default = (a.rows is None and a.out == TABLE1_OUT and a.experiment == EXPERIMENT
                        and a.store == STORE)
@@ -873,7 +449,8 @@ def _dispatch(a) -> int:
             command = a.command or a.invocation
         rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,
                           command=command, primary_benchmark=a.primary_benchmark,
-                          family_metrics=tuple(m for m in a.family_metrics.split(",") if m))
+                          family_metrics=tuple(m for m in a.family_metrics.split(",") if m),
+                          family=tuple(getattr(a, "family", None) or ()))
         if rc == 0 and a.out.resolve() == TABLE1_OUT.resolve():
             _docs_hint()
         if rc == 0 and a.cmd == "table1" and a.compare_with is not None:
@@ -894,9 +471,28 @@ def _dispatch(a) -> int:
                          store=a.store, outputs=a.outputs, reuse=a.reuse, say=_say)
         failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
         if failed:
-            _report_failures(failed, _say)
+            report_failures(failed, _say)
             return 1
     return sweep_report(len(seeds), grid, experiment=a.experiment, store=a.store, out=a.out, command=command)
+
+
+def _study_as_table1(a) -> None:
+    """``study <name>`` (kind rows) as the ``table1`` command with the study's rows, experiment, outputs and
+    declarations; the other kinds have their own commands."""
+    cfg = study(a.name)
+    if cfg.kind != "rows":
+        raise PipelineError(f"study {a.name!r} is of kind {cfg.kind}: run `python -m numlearn.pipeline {cfg.kind}`")
+    if a.experiment == EXPERIMENT:  # not given: the study's
+        a.experiment = str(cfg.experiment)
+    a.rows = ",".join(cfg.rows)
+    a.selected = Path(cfg.selected) if cfg.selected else None
+    a.out = a.out or Path(cfg.out or f"results/{cfg.name}")
+    a.primary_benchmark, a.family_metrics = str(cfg.primary_benchmark), ",".join(cfg.family_metrics)
+    a.family = list(cfg.family)
+    if a.command is None and cfg.command:
+        a.command = f"{cfg.command} SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else "")
+    a.compare_with = None
+    a.cmd = "tables" if a.tables_only else "table1"
 
 
 def ablation(a, seeds: list[int], live) -> int:
@@ -911,7 +507,7 @@ def ablation(a, seeds: list[int], live) -> int:
     jobs = plan([Request(tuple(rows), tuple(seeds)), Request(tuple(grid_rows), tuple(sweep_seeds), (VAL_EVAL,))],
                 **common)
     if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
-        _report_failures(failed, _say)
+        report_failures(failed, _say)
         return 1
     command = a.command or (f"make ablation-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
     rc = sweep_report(len(sweep_seeds), ABLATION_GRID, experiment=a.experiment, store=a.store, out=a.out / "sweep",
@@ -921,7 +517,7 @@ def ablation(a, seeds: list[int], live) -> int:
     chosen = [r for r in selected_rows(a.out / "sweep" / "selected.json") if r not in rows]
     jobs = plan([Request(tuple(chosen), tuple(seeds))], **common) if chosen else []
     if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
-        _report_failures(failed, _say)
+        report_failures(failed, _say)
         return 1
     return build_tables(rows + chosen, seeds, a.out, experiment=a.experiment, store=a.store,
                         selected=a.out / "sweep" / "selected.json", command=command,
@@ -987,10 +583,10 @@ def pretrained(a, seeds: list[int], live) -> int:
     bases = base_jobs(todo, experiment=a.experiment, outputs=a.outputs, extra=tuple(a.base_override),
                       say=_say) if todo else []
     if bases and (failed := run_jobs(bases, a.jobs, live=live)):
-        _report_failures(failed, _say)
+        report_failures(failed, _say)
         return 1
     if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
-        _report_failures(failed, _say)
+        report_failures(failed, _say)
         return 1
     command = a.command or (f"make pretrained-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
     # the chosen weights label their rows "val-chosen" when the table holds every one of them
@@ -1023,7 +619,7 @@ def chunked(a, seeds: list[int], live) -> int:
     jobs = plan([Request((single, mle_chunked), tuple(seeds)),
                  Request(tuple(grid_rows), tuple(sweep_seeds), (VAL_EVAL,))], **common)
     if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
-        _report_failures(failed, _say)
+        report_failures(failed, _say)
         return 1
     command = a.command or (f"make chunked-tiny SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else ""))
     rc = sweep_report(len(sweep_seeds), grid, experiment=a.experiment, store=a.store, out=a.out / "sweep",
@@ -1033,7 +629,7 @@ def chunked(a, seeds: list[int], live) -> int:
     chosen = [Row(r.loss, r.alpha, model) for r in selected_rows(a.out / "sweep" / "selected.json")]
     jobs = plan([Request(tuple(chosen), tuple(seeds))], **common) if chosen else []
     if (failed := run_jobs(jobs, a.jobs, live=live) if jobs else []):
-        _report_failures(failed, _say)
+        report_failures(failed, _say)
         return 1
     rc = build_tables([mle_chunked, *chosen], seeds, a.out, experiment=a.experiment, store=a.store,
                       selected=a.out / "sweep" / "selected.json", command=command, selection_seeds=tuple(sweep_seeds))

@@ -232,6 +232,50 @@ class EvalConfig:
     teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
 
 
+STUDY_KINDS = ("rows", "sweep", "ablation", "chunked", "pretrained", "released")
+
+
+@dataclass
+class StudyConfig:
+    """``conf/study/<name>.yaml``: a study as data -- what it trains (rows x seeds on an experiment preset),
+    what it sweeps, where its tables go and what it declares before its runs (primary benchmark, family). The
+    pipeline (``python -m numlearn.pipeline study <name>``; ``table1``, ``sweep``, ... for the named studies)
+    reads it; a new loss enters a study by a line here, a new study is a new file."""
+
+    name: str = MISSING
+    kind: str = "rows"  # rows | sweep | ablation | chunked | pretrained | released (STUDY_KINDS)
+    experiment: str = "table1_tiny"  # the conf/experiment preset every row trains and evaluates with
+    rows: List[str] = field(default_factory=list)  # loss[:alpha][+key=value...]
+    controls: List[str] = field(default_factory=list)  # ablation: fixed-weight control rows
+    grid: Dict[str, List[float]] = field(default_factory=dict)  # sweep, ablation, chunked: weights per loss
+    model: Optional[str] = None  # ablation: the store's model level; chunked: the model preset
+    evaluate: List[str] = field(default_factory=list)  # the sweep's evaluation (eval=synthetic_val)
+    select_on: Optional[str] = None  # sweep: the column weights are chosen on
+    selected: Optional[str] = None  # a sweep's selected.json: its chosen weights are added as rows
+    out: Optional[str] = None  # where the tables go
+    primary_benchmark: str = "synthetic_test"  # whose CoT accuracy and distance are primary
+    family_metrics: List[str] = field(default_factory=lambda: ["accuracy", "digit_acc"])  # the declared family
+    family: List[str] = field(default_factory=list)  # further declared comparisons, ROW[:ALPHA]/METRIC
+    command: Optional[str] = None  # the make alias that reruns it (the tables' header)
+    models: Optional[Dict[str, Any]] = None  # released: the checkpoints (numlearn.released)
+
+
+def load_study_config(path):
+    """The typed ``StudyConfig`` of ``conf/study/<name>.yaml``; a misspelt key or an unknown kind is a ``ValueError``
+    naming the file and the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(StudyConfig), OmegaConf.load(path))
+    except OmegaConfBaseException as e:
+        raise ValueError(f"study config {path}: {str(e).strip().splitlines()[0]} (keys: numlearn.schema.StudyConfig)"
+                         ) from None
+    if cfg.kind not in STUDY_KINDS:
+        raise ValueError(f"study config {path}: kind={cfg.kind!r}; choose one of {', '.join(STUDY_KINDS)}")
+    return cfg
+
+
 SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig,
            ("model", "_schema"): ModelConfig}
 
