@@ -26,7 +26,8 @@ LEVEL = {
     "records": 0,  # the run-dir paths and the RunRecord/ResultRecord contract
     "schema": 0,  # the config schema (Hydra structured configs)
     "losses": 0,  # the standalone loss library
-    "dtypes": 0, "tracking": 0, "jobs": 0,  # jobs: the job runner (processes, logs, the console)
+    "dtypes": 0, "tracking": 0,
+    "jobs": 0, "executors": 0,  # the job runner (processes, logs, the console); submitit and SLURM executors
     "cli": 1, "provenance": 1, "rundirs": 1, "integrations": 1,  # integrations: the losses and the trainers
     "assets": 2, "data": 2, "reporting": 2,  # reporting reads result files only (FORBIDDEN keeps it there)
     "training": 3, "evaluation": 3, "released": 3,

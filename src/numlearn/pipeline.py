@@ -223,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
                             "(accuracy, distance, digit_acc, digit_nll)")
 
     def running(p):
+        p.add_argument("--executor", choices=("local", "submitit_local", "slurm"), default="local",
+                       help="where the jobs run: this machine's pool (default), submitit's local executor, or SLURM "
+                            "(a job per stage, evaluations afterok their training; numlearn.executors)")
+        p.add_argument("--plan", action="store_true", help="print the job graph, resources and GPU-hours; submit nothing")
+        p.add_argument("--partition", default=None, help="SLURM partition of every job")
+        p.add_argument("--gpus-per-node", type=int, default=None, help="training GPUs (default: the preset's world size)")
+        p.add_argument("--tasks-per-node", type=int, default=None,
+                       help="training processes, one rank each (default: one per GPU; 1 on CPU)")
+        p.add_argument("--cpus-per-task", type=int, default=None)
+        p.add_argument("--mem-gb", type=int, default=None)
+        p.add_argument("--timeout-min", type=int, default=None, help="training jobs' time limit")
         p.add_argument("--jobs", type=int, default=4, help="rows at once (each trains on the preset's threads)")
         p.add_argument("--reuse", action="store_true", help="run only the seeds the store lacks a usable result for")
         p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
@@ -306,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="an evaluate override for every job (eval.tensor_parallel_size=1 on one GPU)")
     p.add_argument("--jobs", type=int, default=1, help="evaluations at once (each wants the GPUs it names)")
+    p.add_argument("--executor", choices=("local", "submitit_local", "slurm"), default="local",
+                   help="where the evaluations run (slurm: a job each, its publish afterok)")
+    p.add_argument("--plan", action="store_true", help="print the job graph and resources; submit nothing")
+    p.add_argument("--partition", default=None)
+    p.add_argument("--tables-only", action="store_true", help="the table from the store only (no evaluation)")
     p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
     p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
     p.add_argument("--out", type=Path, default=Path("results/released"))
@@ -392,12 +408,55 @@ def released(a) -> int:
             jobs.append(Job(f"{ck.name} {role}", rel.evaluate_steps(ck, role, outputs=a.outputs, store=a.store,
                                                                     hub_map=hub_map, overrides=a.override), log))
     os.environ.setdefault("HF_HUB_OFFLINE", "")  # the hub ids are the real path: let evaluate reach the hub
+    if a.tables_only:
+        jobs = []
+    if jobs and (a.executor != "local" or a.plan):
+        return _released_submitted(a, jobs, study)
     failed = run_jobs(jobs, a.jobs, live={"auto": None, "on": True, "off": False}[a.live]) if jobs else []
     benchmarks = tuple(preset_config(study[0].experiment, list(a.override)).eval.benchmarks) if study else ()
     text = rel.table(study, a.store, a.out, a.command or a.invocation, benchmarks)
     print(text)
     if failed:
         _say(f"[released] {len(failed)} evaluation(s) failed: " + ", ".join(f"{j.name} (log: {j.log})" for j in failed))
+        return 1
+    return 0
+
+
+def _released_submitted(a, jobs, study) -> int:
+    """``released --executor submitit_local|slurm`` (or ``--plan``): an evaluation job per checkpoint and role with
+    its model's ``eval=paper`` GPUs, each publish after it, the table after every publish."""
+    from numlearn import executors as ex
+    from numlearn.evaluation.teacher_forced import preset_config
+
+    def eval_resources(experiment: str) -> ex.Resources:  # each checkpoint's own preset: its eval=paper GPUs
+        cfg = preset_config(experiment, list(a.override), config="evaluate")
+        tp = int(cfg.eval.tensor_parallel_size) if str(cfg.eval.backend) == "vllm" else 0
+        return ex.Resources(gpus_per_node=tp, cpus_per_task=8 if tp else 1, mem_gb=64 * tp or None,
+                            timeout_min=720 if tp else 120, partition=a.partition)
+
+    per_model = {ck.name: eval_resources(ck.experiment) for ck in study}
+    ev = per_model[study[0].name]
+    pub = ex.Resources(timeout_min=30, partition=a.partition)
+    tables = [sys.executable, "-m", "numlearn.pipeline", "released", "--tables-only", "--store", str(a.store),
+              "--out", str(a.out), "--models", ",".join(ck.name for ck in study),
+              *(x for o in a.override for x in ("--override", o)), "--command", a.command or a.invocation]
+    stages = ex.stage_graph(jobs, ev, ev, pub, tables_argv=tables)
+    stages[-1].log = a.outputs / "pipeline" / "released_tables.log"
+    for st in stages:
+        if " evaluate" in st.key:
+            st.resources = per_model[st.key.split(" ", 1)[0]]
+    if a.plan:
+        hours = sum(ck.params_b / 7.0 for ck in study for st in stages
+                    if " evaluate" in st.key and st.key.startswith(ck.name + " "))
+        print(ex.plan_text(stages, a.executor, hours, "estimate, not measured: ~1 GPU-hour per 7B parameters per "
+                                                      "evaluation of the seven benchmarks with vLLM"))
+        return 0
+    executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm",
+                                   a.outputs / "pipeline" / "submitit")
+    state = ex.State(a.outputs / "pipeline" / f"released.{a.executor}.state.json")
+    out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
+    if out.failed or out.blocked:
+        _say(f"[released] failed: {', '.join(out.failed)}; run the same command again to resubmit them")
         return 1
     return 0
 
@@ -437,6 +496,8 @@ def _dispatch(a) -> int:
         if a.cmd == "table1":
             jobs = plan_rows(rows, seeds, experiment=a.experiment, evaluate_overrides=[], store=a.store,
                              outputs=a.outputs, reuse=a.reuse, say=_say)
+            if a.executor != "local" or a.plan:
+                return submitted(a, jobs, rows, seeds)
             failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
             if failed:
                 report_failures(failed, _say)
@@ -474,6 +535,72 @@ def _dispatch(a) -> int:
             report_failures(failed, _say)
             return 1
     return sweep_report(len(seeds), grid, experiment=a.experiment, store=a.store, out=a.out, command=command)
+
+
+def stage_resources(a, experiment: str, overrides: list[str]):
+    """(train, evaluate, publish) ``Resources`` of ``experiment``'s jobs: a paper preset's training takes one
+    node with ``paper_row.world_size`` GPUs and a task per GPU, its vLLM evaluation ``eval.tensor_parallel_size``
+    GPUs; a CPU preset a task with the preset's threads. The command's flags override. Also the GPU-hour
+    estimate per training and per evaluation job, and what it rests on."""
+    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.executors import Resources
+
+    cfg = preset_config(experiment, overrides, config="evaluate")
+    pr = cfg.get("paper_row") or {}
+    gpus = int(a.gpus_per_node if a.gpus_per_node is not None else (pr.get("world_size") or 0))
+    tasks = a.tasks_per_node or gpus or 1
+    train = Resources(gpus_per_node=gpus, tasks_per_node=tasks, cpus_per_task=8 if gpus else int(
+        cfg.train.torch_threads or 1), mem_gb=64 * gpus or None, timeout_min=2880 if gpus else 120)
+    train = train.with_overrides(partition=a.partition, cpus_per_task=a.cpus_per_task, mem_gb=a.mem_gb,
+                                 timeout_min=a.timeout_min)
+    tp = int(cfg.eval.tensor_parallel_size) if str(cfg.eval.backend) == "vllm" else 0
+    ev = Resources(gpus_per_node=tp, cpus_per_task=8 if tp else int(cfg.eval.torch_threads or 1),
+                   mem_gb=64 * tp or None, timeout_min=720 if tp else 120, partition=a.partition)
+    pub = Resources(timeout_min=30, partition=a.partition)
+    train_h = eval_h = None
+    basis = "no estimate: the preset declares no paper_row.params_b"
+    if pr.get("params_b") and gpus:
+        tokens = float(pr.train_examples) * float(pr.tokens_per_example) * float(cfg.train.num_train_epochs)
+        flops = 6.0 * float(pr.params_b) * 1e9 * tokens
+        train_h = flops / (gpus * 989e12 * 0.35) / 3600  # wall hours on `gpus` H100s at 35 % MFU
+        eval_h = float(pr.params_b) / 7.0 / max(tp, 1)  # ~1 GPU-hour per 7B model for the seven benchmarks
+        basis = (f"estimate, not measured: 6 x {pr.params_b}B params x {tokens / 1e6:.0f}M tokens at 35 % MFU of an "
+                 f"H100's 989 bf16 TFLOP/s per training ({train_h:.2f} h on {gpus} GPUs), and ~1 GPU-hour per 7B "
+                 "parameters per evaluation with vLLM; results/gpu_check will replace it once measured")
+    return train, ev, pub, train_h, eval_h, basis
+
+
+def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
+    """``--executor submitit_local|slurm`` (or ``--plan``): the jobs as a stage graph, submitted once each
+    (``numlearn.executors.submit_graph``, a state file per study and executor); the tables as its last stage."""
+    from numlearn import executors as ex
+
+    overrides = list(rows[0].extra) if rows else []
+    train, ev, pub, train_h, eval_h, basis = stage_resources(a, a.experiment, overrides)
+    tables = [sys.executable, "-m", "numlearn.pipeline", "tables", "--seeds", str(a.seeds),
+              "--rows", ",".join(r.label for r in rows), "--experiment", a.experiment, "--store", str(a.store),
+              "--out", str(a.out), "--selected", str(a.selected) if a.selected else "none",
+              "--primary-benchmark", a.primary_benchmark, "--family-metrics", a.family_metrics,
+              "--command", a.command or a.invocation]
+    stages = ex.stage_graph(jobs, train, ev, pub, tables_argv=tables)
+    stages[-1].log = a.outputs / "pipeline" / f"{a.experiment}_tables.log"
+    if a.plan:
+        print(ex.plan_text(stages, a.executor, ex.gpu_hours(stages, train_h, eval_h), basis))
+        return 0
+    folder = a.outputs / "pipeline" / "submitit"
+    executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm", folder)
+    state = ex.State(a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json")
+    out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
+    _say(f"[{a.executor}] {len(out.submitted)} submitted, {len(out.resubmitted)} resubmitted, {len(out.running)} "
+         f"running or pending, {len(out.done)} done (state: {state.path})")
+    if out.failed or out.blocked:
+        _say(f"[{a.executor}] failed: {', '.join(out.failed)}" + (f"; not run: {', '.join(out.blocked)}"
+                                                                  if out.blocked else "")
+             + f"; logs under {a.outputs / 'pipeline'}; run the same command again to resubmit them")
+        return 1
+    if executor.waits:
+        print(table_section(a.out / "table1.md", "Accuracy (%)"))
+    return 0
 
 
 def _study_as_table1(a) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -90,7 +92,15 @@ def cpu_description() -> str:
 
 
 def provenance(cwd=None) -> dict[str, object]:
-    return {"git": git_info(cwd), "packages": package_versions(), "environment": environment()}
+    """Git, package versions, the environment, and -- in a job submitted by the pipeline's executors -- the
+    job's requested resources (``NUMLEARN_JOB_RESOURCES``: nodes, GPUs, tasks, time limit, executor, stage)."""
+    out: dict[str, object] = {"git": git_info(cwd), "packages": package_versions(), "environment": environment()}
+    if raw := os.environ.get("NUMLEARN_JOB_RESOURCES"):
+        try:
+            out["job_resources"] = json.loads(raw)
+        except ValueError:
+            out["job_resources"] = {"unreadable": raw[:200]}
+    return out
 
 
 def write_json(path: Path, obj) -> None:

@@ -1,0 +1,365 @@
+"""Where a study's jobs run: this machine's worker pool (``local``, ``numlearn.jobs``), submitit's local
+executor (``submitit_local``: the SLURM code path, run here on CPU) or SLURM (``slurm``) through submitit.
+
+A (row, seed) is a chain of **stages**: ``train`` (one job, one task per GPU: each task one rank, as
+``conf/hydra/launcher/slurm_fsdp_*.yaml`` sets up), each ``evaluate`` (a job that depends on the training,
+``afterok``, with the GPUs ``eval.tensor_parallel_size`` names), ``publish`` (its result files into the store);
+a study's ``tables`` stage depends on every publish. Each stage's resources come from the preset, are
+overridable, and travel to the process in ``NUMLEARN_JOB_RESOURCES``, which ``run.json`` and ``result.json``
+record (``numlearn.provenance``).
+
+**Resumable across days.** A state file (``<outputs>/pipeline/<study>.state.json``) records every submitted
+stage's job id. Running the same command again skips what the store already holds (planning's ``--reuse``),
+leaves running and pending jobs alone (asked through the executor), resubmits only what failed -- naming it
+-- and never submits a stage twice. A resubmitted training resumes from the run dir's last checkpoint.
+
+**A plan before any GPU hour.** ``plan_text`` prints the stages, their dependencies, their resources and an
+estimate of GPU-hours, and submits nothing.
+
+submitit is an optional extra (``pip install -e '.[slurm]'``), imported only when a submitit executor is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+EXECUTORS = ("local", "submitit_local", "slurm")
+DONE, RUNNING, PENDING, FAILED = "COMPLETED", "RUNNING", "PENDING", "FAILED"
+_SLURM_RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "RESIZING", "SUSPENDED"}
+_SLURM_PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
+
+
+class ExecutorError(ValueError):
+    """A submission that cannot proceed: one line naming the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One job's request. ``tasks_per_node``: processes (training: one per GPU, each a rank)."""
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    mem_gb: int | None = None
+    timeout_min: int = 60
+    partition: str | None = None
+
+    def with_overrides(self, **kw) -> Resources:
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def slurm(self) -> dict:
+        """The parameters of ``submitit.SlurmExecutor.update_parameters``."""
+        out = {"nodes": self.nodes, "ntasks_per_node": self.tasks_per_node, "cpus_per_task": self.cpus_per_task,
+               "time": self.timeout_min}
+        if self.gpus_per_node:
+            out["gpus_per_node"] = self.gpus_per_node
+        if self.mem_gb:
+            out["mem"] = f"{self.mem_gb}GB"
+        if self.partition:
+            out["partition"] = self.partition
+        return out
+
+
+@dataclass
+class Stage:
+    """One job of the graph: ``key`` (``<row> seed=<s> <stage>``), its command, resources and the keys it
+    waits for (``after``: they must end successfully, afterok)."""
+
+    key: str
+    argv: list[str]
+    resources: Resources
+    after: list[str] = field(default_factory=list)
+    log: Path | None = None
+
+
+class Command:
+    """A stage's command, run inside the submitted task (picklable): the task's own environment (submitit's
+    and SLURM's variables: the rank of a multi-task training) plus ``env``, its output appended to ``log``. A
+    non-zero exit raises, so the job fails and its dependants never start."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: str | None = None, cwd: str | None = None):
+        self.argv, self.env, self.log, self.cwd = list(argv), dict(env), log, cwd
+
+    def __call__(self) -> int:
+        rank = os.environ.get("SUBMITIT_LOCAL_GLOBAL_RANK") or os.environ.get("SLURM_PROCID") or "0"
+        log = Path(self.log).with_suffix(f".rank{rank}.log") if self.log and rank != "0" else self.log
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        if log:
+            Path(log).parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"\n$ {' '.join(self.argv)}\n")
+                f.flush()
+                rc = subprocess.run(self.argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=self.cwd).returncode
+        else:
+            rc = subprocess.run(self.argv, env=env, cwd=self.cwd).returncode
+        if rc != 0:
+            raise RuntimeError(f"{self.argv[2] if len(self.argv) > 2 else self.argv[0]} exited {rc}"
+                               + (f": see {log}" if log else ""))
+        return rc
+
+
+# -- executors ----------------------------------------------------------------------------------------
+class Executor:
+    """Submits stages and answers for their state. ``waits`` : dependencies are waited for by the caller
+    (submitit's local executor has none); otherwise the scheduler holds a dependant (afterok)."""
+
+    name = "base"
+    waits = False
+
+    def submit(self, stage: Stage, after_ids: list[str]) -> str:
+        raise NotImplementedError
+
+    def status(self, job_id: str) -> str:
+        raise NotImplementedError
+
+
+class SubmititExecutor(Executor):
+    """submitit's ``local`` (processes on this machine, one per task) or ``slurm`` executor."""
+
+    def __init__(self, cluster: str, folder: Path):
+        try:
+            import submitit  # noqa: F401
+        except ImportError:
+            raise ExecutorError("--executor submitit_local/slurm needs submitit: pip install -e '.[slurm]'") from None
+        if cluster not in ("local", "slurm"):
+            raise ExecutorError(f"submitit cluster {cluster!r}: local or slurm")
+        self.cluster, self.folder = cluster, Path(folder)
+        self.name = f"submitit_{cluster}" if cluster == "local" else "slurm"
+        self.waits = cluster == "local"
+        self._jobs: dict[str, object] = {}
+
+    def _executor(self, stage: Stage, after_ids: list[str]):
+        import submitit
+
+        r = stage.resources
+        if self.cluster == "local":
+            ex = submitit.LocalExecutor(folder=self.folder)
+            ex.update_parameters(timeout_min=r.timeout_min, tasks_per_node=r.tasks_per_node, nodes=1,
+                                 gpus_per_node=r.gpus_per_node, cpus_per_task=r.cpus_per_task)
+            return ex
+        ex = submitit.SlurmExecutor(folder=self.folder)
+        params = r.slurm()
+        if after_ids:
+            params["dependency"] = "afterok:" + ":".join(after_ids)
+        ex.update_parameters(job_name=f"numlearn-{stage.key}".replace(" ", "_"), **params)
+        return ex
+
+    def submit(self, stage: Stage, after_ids: list[str]) -> str:
+        env = {"NUMLEARN_JOB_RESOURCES": json.dumps({**asdict(stage.resources), "executor": self.name,
+                                                     "stage": stage.key})}
+        job = self._executor(stage, after_ids).submit(Command(stage.argv, env, str(stage.log) if stage.log else None,
+                                                              os.getcwd()))
+        self._jobs[job.job_id] = job
+        return str(job.job_id)
+
+    def status(self, job_id: str) -> str:
+        import submitit
+
+        job = self._jobs.get(job_id)
+        if job is not None and self.cluster == "local":
+            if not job.done():
+                return RUNNING
+            return DONE if job.exception() is None else FAILED
+        tasks = sorted({int(p.name.split("_")[1]) for p in self.folder.glob(f"{job_id}_*_result.pkl")}) or [0]
+        base = submitit.Job(self.folder, job_id, tasks=tuple(tasks))
+        if base.paths.result_pickle.exists():
+            try:
+                outcome = base._get_outcome_and_result()[0]
+            except Exception:  # noqa: BLE001 - an unreadable result is a failure to resubmit
+                return FAILED
+            return DONE if outcome == "success" else FAILED
+        if self.cluster == "local":  # no result and this process did not submit it: its process (the id) alive?
+            try:
+                os.kill(int(job_id), 0)
+                return RUNNING
+            except (OSError, ValueError):
+                return FAILED
+        state = submitit.SlurmJob(self.folder, job_id).state.split()[0].upper()
+        return DONE if state == "COMPLETED" else RUNNING if state in _SLURM_RUNNING else \
+            PENDING if state in _SLURM_PENDING or state == "UNKNOWN" else FAILED
+
+    def wait(self, job_id: str, poll_s: float = 1.0) -> str:
+        while (st := self.status(job_id)) in (RUNNING, PENDING):
+            time.sleep(poll_s)
+        return st
+
+
+class RecordingExecutor(Executor):
+    """Submits nothing: records each stage's sbatch script (submitit's own rendering), its dependencies and
+    the environment the job would get; ``states`` answers ``status`` (tests, and ``--plan``)."""
+
+    name = "recording"
+
+    def __init__(self, folder: Path = Path("/tmp/numlearn-plan")):
+        self.folder, self.submitted, self.states = Path(folder), [], {}
+
+    def submit(self, stage: Stage, after_ids: list[str]) -> str:
+        from submitit.slurm.slurm import _make_sbatch_string
+
+        params = stage.resources.slurm()
+        if after_ids:
+            params["dependency"] = "afterok:" + ":".join(after_ids)
+        job_id = str(1000 + len(self.submitted))
+        sbatch = _make_sbatch_string(command=" ".join(stage.argv), folder=str(self.folder),
+                                     job_name=f"numlearn-{stage.key}".replace(" ", "_"), **params)
+        self.submitted.append({"id": job_id, "key": stage.key, "params": params, "after": list(after_ids),
+                               "sbatch": sbatch, "argv": list(stage.argv)})
+        self.states[job_id] = PENDING
+        return job_id
+
+    def status(self, job_id: str) -> str:
+        return self.states.get(job_id, FAILED)
+
+
+# -- the state file and the submission ------------------------------------------------------------------
+class State:
+    """``{key: {"id", "executor", "submitted"}}`` in a JSON file, rewritten whole (atomically) after each change."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.jobs: dict[str, dict] = json.loads(self.path.read_text())["jobs"] if self.path.exists() else {}
+        except (ValueError, KeyError) as e:
+            raise ExecutorError(f"{self.path} is not a pipeline state file ({e}): move it away to start over") from None
+
+    def record(self, key: str, job_id: str, executor: str) -> None:
+        self.jobs[key] = {"id": job_id, "executor": executor, "submitted": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"jobs": self.jobs}, indent=1, sort_keys=True) + "\n")
+        tmp.replace(self.path)
+
+
+@dataclass
+class Outcome:
+    submitted: list[str] = field(default_factory=list)
+    resubmitted: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # ended in failure this time (waiting executors)
+    blocked: list[str] = field(default_factory=list)  # a stage they wait for failed
+
+
+def _depth_order(stages: list[Stage]) -> list[Stage]:
+    """Every training first, then the evaluations, ... (stable): a waiting executor starts the roots at once."""
+    depth: dict[str, int] = {}
+    for st in stages:
+        depth[st.key] = 1 + max((depth.get(k, 0) for k in st.after), default=-1)
+    return sorted(stages, key=lambda st: depth[st.key])
+
+
+def submit_graph(stages: list[Stage], executor: Executor, state: State, say=print, max_running: int = 0) -> Outcome:
+    """Submit ``stages`` (dependencies first) once each: a stage the state file holds is left alone while its job
+    runs, waits or has completed, and resubmitted (named) when it failed. With a waiting executor the
+    dependants are submitted as their dependencies end, at most ``max_running`` jobs at once (0: no limit), and
+    the call returns when every stage has ended."""
+    out, ids, status = Outcome(), {}, {}
+
+    def settle(k: str) -> None:
+        status[k] = executor.wait(ids[k])
+        (out.done if status[k] == DONE else out.failed).append(k)
+
+    for st in (_depth_order(stages) if executor.waits else stages):
+        if (rec := state.jobs.get(st.key)) is not None:
+            s = executor.status(rec["id"])
+            if s == DONE:
+                out.done.append(st.key)
+                ids[st.key], status[st.key] = rec["id"], DONE
+                continue
+            if s in (RUNNING, PENDING):
+                say(f"[{executor.name}] {st.key}: job {rec['id']} {s.lower()}: not submitted again")
+                out.running.append(st.key)
+                ids[st.key], status[st.key] = rec["id"], s
+                continue
+            say(f"[{executor.name}] {st.key}: job {rec['id']} failed: resubmitted")
+            out.resubmitted.append(st.key)
+        if any(status.get(k) == FAILED for k in st.after):
+            out.blocked.append(st.key)
+            status[st.key] = FAILED
+            continue
+        if executor.waits:  # submitit's local executor has no dependencies: the dependencies end first
+            for k in st.after:
+                if status.get(k) in (RUNNING, PENDING):
+                    settle(k)
+            while max_running and sum(v in (RUNNING, PENDING) for v in status.values()) >= max_running:
+                live = [k for k, v in status.items() if v in (RUNNING, PENDING)]
+                done = [k for k in live if executor.status(ids[k]) not in (RUNNING, PENDING)]
+                for k in done:
+                    settle(k)
+                if not done:
+                    time.sleep(0.5)
+            if any(status.get(k) == FAILED for k in st.after):
+                out.blocked.append(st.key)
+                status[st.key] = FAILED
+                continue
+        after_ids = [] if executor.waits else [ids[k] for k in st.after if status.get(k) != DONE]
+        job_id = executor.submit(st, after_ids)
+        state.record(st.key, job_id, executor.name)
+        ids[st.key], status[st.key] = job_id, PENDING
+        if st.key not in out.resubmitted:
+            out.submitted.append(st.key)
+        say(f"[{executor.name}] {st.key}: submitted as job {job_id}"
+            + (f" (after {', '.join(after_ids)})" if after_ids else ""))
+    if executor.waits:
+        for k, v in list(status.items()):
+            if v in (RUNNING, PENDING):
+                settle(k)
+    return out
+
+
+# -- the graph of a study and its plan --------------------------------------------------------------------
+def stage_graph(jobs, train_res: Resources, eval_res: Resources, publish_res: Resources,
+                tables_argv: list[str] | None = None) -> list[Stage]:
+    """The stages of pipeline jobs (``numlearn.jobs.Job``, steps train, evaluate..., publish): each evaluation
+    after the training, the publish after every evaluation, the tables after every publish."""
+    stages: list[Stage] = []
+    publishes: list[str] = []
+    for job in jobs:
+        train_key, eval_keys = None, []
+        for phase, argv in job.steps:
+            kind, key = phase.split()[0], f"{job.name} {phase}"
+            if kind == "train":
+                stages.append(Stage(key, list(argv), train_res, [], job.log))
+                train_key = key
+            elif kind == "evaluate":
+                stages.append(Stage(key, list(argv), eval_res, [train_key] if train_key else [], job.log))
+                eval_keys.append(key)
+            else:
+                stages.append(Stage(key, list(argv), publish_res, eval_keys or ([train_key] if train_key else []),
+                                    job.log))
+                publishes.append(key)
+    if tables_argv:
+        stages.append(Stage("tables", list(tables_argv), publish_res, publishes))
+    return stages
+
+
+def gpu_hours(stages: list[Stage], train_hours: float | None, eval_hours: float | None) -> float | None:
+    """The plan's estimate: each training job's GPUs x ``train_hours`` plus each evaluation's GPUs x
+    ``eval_hours`` (None when either is unknown)."""
+    if train_hours is None or eval_hours is None:
+        return None
+    return sum(st.resources.gpus * (train_hours if st.key.endswith(" train") else eval_hours)
+               for st in stages if st.key.endswith(" train") or " evaluate" in st.key)
+
+
+def plan_text(stages: list[Stage], executor: str, hours: float | None, basis: str) -> str:
+    lines = [f"plan ({executor}): {len(stages)} jobs, nothing submitted"]
+    for i, st in enumerate(stages):
+        r = st.resources
+        res = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.tasks_per_node} task(s) x {r.cpus_per_task} CPU"
+               + (f", {r.mem_gb} GB" if r.mem_gb else "") + f", {r.timeout_min} min"
+               + (f", partition {r.partition}" if r.partition else ""))
+        after = f"  after: {', '.join(st.after)}" if st.after else ""
+        lines.append(f"{i + 1:3d}. {st.key}  [{res}]{after}")
+    lines.append(f"GPU-hours: {hours:.1f} ({basis})" if hours is not None else f"GPU-hours: unknown ({basis})")
+    return "\n".join(lines)

@@ -1,0 +1,248 @@
+"""The pipeline's executors (issue 46): the stage graph, the SLURM submission as sbatch renders it (a recording
+executor: nothing is submitted), the state file that makes a rerun submit only what failed, and --plan on every
+paper preset against the preset itself. The submitit local executor end to end: tests/test_distributed.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from numlearn import pipeline
+from numlearn.executors import (
+    DONE,
+    FAILED,
+    Executor,
+    RecordingExecutor,
+    Resources,
+    Stage,
+    State,
+    stage_graph,
+    submit_graph,
+)
+from numlearn.jobs import Job
+
+pytest.importorskip("submitit")
+REPO = Path(__file__).resolve().parents[1]
+PAPER = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("table1_*.yaml") if p.stem != "table1_tiny")
+
+
+def _jobs(tmp_path, rows=("mle", "del"), seeds=(0,)):
+    return [Job(f"{r} seed={s}", [("train", ["py", "-m", "numlearn.train", f"loss={r}"]),
+                                   ("evaluate", ["py", "-m", "numlearn.evaluate", f"loss={r}"]),
+                                   ("publish", ["py", "-m", "numlearn.reporting.store", "publish"])],
+                tmp_path / f"{r}.log") for s in seeds for r in rows]
+
+
+TRAIN = Resources(gpus_per_node=4, tasks_per_node=4, cpus_per_task=8, mem_gb=256, timeout_min=2880, partition="gpu")
+EVAL = Resources(gpus_per_node=4, cpus_per_task=8, timeout_min=720, partition="gpu")
+PUB = Resources(timeout_min=30, partition="gpu")
+
+
+def test_the_graph_is_train_then_evaluate_then_publish_then_tables(tmp_path):
+    stages = stage_graph(_jobs(tmp_path), TRAIN, EVAL, PUB, tables_argv=["py", "tables"])
+    after = {s.key: s.after for s in stages}
+    assert after == {"mle seed=0 train": [], "mle seed=0 evaluate": ["mle seed=0 train"],
+                     "mle seed=0 publish": ["mle seed=0 evaluate"], "del seed=0 train": [],
+                     "del seed=0 evaluate": ["del seed=0 train"], "del seed=0 publish": ["del seed=0 evaluate"],
+                     "tables": ["mle seed=0 publish", "del seed=0 publish"]}
+    assert [s.resources for s in stages[:3]] == [TRAIN, EVAL, PUB]
+
+
+def test_slurm_submission_renders_one_task_per_gpu_and_an_afterok_chain(tmp_path):
+    rec = RecordingExecutor(tmp_path / "sub")
+    stages = stage_graph(_jobs(tmp_path, rows=("del",)), TRAIN, EVAL, PUB, tables_argv=["py", "tables"])
+    out = submit_graph(stages, rec, State(tmp_path / "state.json"), say=lambda m: None)
+    assert out.submitted == [s.key for s in stages]
+    by_key = {j["key"]: j for j in rec.submitted}
+    train = by_key["del seed=0 train"]
+    sb = train["sbatch"]
+    assert "#SBATCH --gpus-per-node=4" in sb and "#SBATCH --ntasks-per-node=4" in sb and "#SBATCH --time=2880" in sb
+    assert "#SBATCH --partition=gpu" in sb and "#SBATCH --mem=256GB" in sb and "--dependency" not in sb
+    ev = by_key["del seed=0 evaluate"]
+    assert f"#SBATCH --dependency=afterok:{train['id']}" in ev["sbatch"] and "#SBATCH --ntasks-per-node=1" in ev["sbatch"]
+    assert f"afterok:{ev['id']}" in by_key["del seed=0 publish"]["sbatch"]
+    assert by_key["tables"]["after"] == [by_key["del seed=0 publish"]["id"]]
+    state = json.loads((tmp_path / "state.json").read_text())["jobs"]
+    assert {k: v["id"] for k, v in state.items()} == {k: j["id"] for k, j in by_key.items()}
+
+
+def test_a_rerun_submits_nothing_running_and_resubmits_only_what_failed(tmp_path):
+    rec = RecordingExecutor(tmp_path / "sub")
+    stages = stage_graph(_jobs(tmp_path), TRAIN, EVAL, PUB, tables_argv=["py", "tables"])
+    state = State(tmp_path / "state.json")
+    submit_graph(stages, rec, state, say=lambda m: None)
+    n = len(rec.submitted)
+    again = submit_graph(stages, rec, State(tmp_path / "state.json"), say=lambda m: None)  # all pending
+    assert len(rec.submitted) == n and not again.submitted and len(again.running) == n
+    ids = {j["key"]: j["id"] for j in rec.submitted}
+    for k in ids:
+        rec.states[ids[k]] = DONE
+    rec.states[ids["del seed=0 train"]] = FAILED  # del's training failed: its chain never ran (afterok)
+    rec.states[ids["del seed=0 evaluate"]] = FAILED
+    rec.states[ids["del seed=0 publish"]] = FAILED
+    rec.states[ids["tables"]] = FAILED
+    said = []
+    third = submit_graph(stages, rec, State(tmp_path / "state.json"), say=said.append)
+    assert third.resubmitted == ["del seed=0 train", "del seed=0 evaluate", "del seed=0 publish", "tables"]
+    assert set(third.done) == {"mle seed=0 train", "mle seed=0 evaluate", "mle seed=0 publish"}
+    assert any("del seed=0 train: job" in m and "failed: resubmitted" in m for m in said)
+    new = {j["key"]: j for j in rec.submitted[n:]}
+    # the resubmitted evaluation waits for the new training; the finished mle publish is not waited for
+    assert new["del seed=0 evaluate"]["after"] == [new["del seed=0 train"]["id"]]
+    assert new["tables"]["after"] == [new["del seed=0 publish"]["id"]]
+
+
+class _Waiting(Executor):
+    """A waiting executor (submitit's local one has no dependencies): each job ends at once, as scripted."""
+
+    name, waits = "fake_local", True
+
+    def __init__(self, fail: set[str]):
+        self.fail, self.order, self.st = fail, [], {}
+
+    def submit(self, stage: Stage, after_ids):
+        assert after_ids == []  # the waiting executor gets no dependency: it was already waited for
+        self.order.append(stage.key)
+        jid = str(len(self.order))
+        self.st[jid] = FAILED if stage.key in self.fail else DONE
+        return jid
+
+    def status(self, job_id):
+        return self.st.get(job_id, FAILED)
+
+    def wait(self, job_id, poll_s=0):
+        return self.status(job_id)
+
+
+def test_with_a_waiting_executor_a_failure_stops_its_own_chain_only(tmp_path):
+    stages = stage_graph(_jobs(tmp_path), TRAIN, EVAL, PUB, tables_argv=["py", "tables"])
+    ex = _Waiting(fail={"del seed=0 train"})
+    out = submit_graph(stages, ex, State(tmp_path / "s.json"), say=lambda m: None)
+    assert "del seed=0 evaluate" not in ex.order and "mle seed=0 publish" in ex.order
+    assert out.failed == ["del seed=0 train"]
+    assert out.blocked == ["del seed=0 evaluate", "del seed=0 publish", "tables"]
+    ex.fail = set()  # the rerun: only the failed chain is submitted
+    ex.order.clear()
+    out = submit_graph(stages, ex, State(tmp_path / "s.json"), say=lambda m: None)
+    assert ex.order == ["del seed=0 train", "del seed=0 evaluate", "del seed=0 publish", "tables"]
+    assert not out.failed and not out.blocked
+
+
+def test_a_damaged_state_file_is_one_line(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text("{")
+    with pytest.raises(ValueError, match="not a pipeline state file"):
+        State(f)
+
+
+@pytest.mark.parametrize("preset", PAPER)
+def test_plan_on_every_paper_preset_matches_the_preset_and_submits_nothing(preset, tmp_path, capsys):
+    from numlearn.evaluation.teacher_forced import preset_config
+
+    cfg = preset_config(preset, config="evaluate")
+    world, tp = int(cfg.paper_row.world_size), int(cfg.eval.tensor_parallel_size)
+    rc = pipeline.main(["table1", "--experiment", preset, "--rows", "mle,del", "--selected", "none", "--seeds", "1",
+                        "--executor", "slurm", "--plan", "--outputs", str(tmp_path / "out"),
+                        "--store", str(tmp_path / "store"), "--out", str(tmp_path / "t")])
+    text = capsys.readouterr().out
+    assert rc == 0 and "nothing submitted" in text
+    assert re.search(rf"del seed=0 train  \[1 node x {world} GPU, {world} task\(s\)", text), text
+    assert re.search(rf"del seed=0 evaluate  \[1 node x {tp} GPU, 1 task\(s\).*after: del seed=0 train", text), text
+    assert "tables  [" in text and "after: mle seed=0 publish, del seed=0 publish" in text
+    hours = float(re.search(r"GPU-hours: ([\d.]+) \(estimate, not measured", text).group(1))
+    assert hours > 0
+    assert not (tmp_path / "out").exists()  # no state file, no job folder
+
+
+def test_flags_override_the_preset_and_the_job_records_its_resources(monkeypatch, tmp_path, capsys):
+    rc = pipeline.main(["table1", "--experiment", "table1_qwen2.5-7b", "--rows", "del", "--selected", "none",
+                        "--seeds", "1", "--executor", "slurm", "--plan", "--gpus-per-node", "8", "--timeout-min",
+                        "600", "--partition", "h100", "--outputs", str(tmp_path / "o"), "--store", str(tmp_path / "s")])
+    text = capsys.readouterr().out
+    assert rc == 0 and "del seed=0 train  [1 node x 8 GPU, 8 task(s) x 8 CPU, 512 GB, 600 min, partition h100]" in text
+    from numlearn.provenance import provenance
+
+    monkeypatch.setenv("NUMLEARN_JOB_RESOURCES", json.dumps({"gpus_per_node": 8, "stage": "del seed=0 train"}))
+    assert provenance()["job_resources"] == {"gpus_per_node": 8, "stage": "del seed=0 train"}
+
+
+# -- submitit's local executor end to end (the multi-process tier) --------------------------------------------
+SHRINK = ["--override", "train.max_steps=6", "--override", "train.save_steps=3", "--override", "eval.limit=4",
+          "--override", "eval.teacher_forced.n=8", "--override", "data.n_train=200"]
+
+
+def _argv(tmp_path, *extra):
+    return ["table1", "--experiment", "table1_tiny", "--rows", "mle,del", "--selected", "none",
+            "--executor", "submitit_local", "--tasks-per-node", "2", "--jobs", "2", "--outputs", str(tmp_path / "out"),
+            "--store", str(tmp_path / "store"), "--out", str(tmp_path / "tables"), "--live", "off", *extra]
+
+
+@pytest.mark.distributed
+def test_table1_through_submitit_local_builds_the_table_and_a_rerun_submits_nothing(tmp_path, capsys):
+    """The issue's command, shrunk: 2 rows x 2 seeds, each training 2 processes (one rank each), evaluated,
+    published and tabulated as dependent jobs; the same command again finds everything done."""
+    assert pipeline.main(_argv(tmp_path, "--seeds", "2", *SHRINK)) == 0
+    table = (tmp_path / "tables" / "table1.md").read_text()
+    assert re.search(r"^\| tiny \| mle \| 2 \|", table, flags=re.M) and re.search(r"^\| tiny \| del \| 2 \|", table,
+                                                                                 flags=re.M), table
+    runs = sorted((tmp_path / "out").rglob("run.json"))
+    metas = [json.loads(p.read_text()) for p in runs]
+    assert len(metas) == 4 and {m["world_size"] for m in metas} == {2}
+    assert {m["job_resources"]["executor"] for m in metas} == {"submitit_local"}
+    assert all(m["job_resources"]["tasks_per_node"] == 2 for m in metas)
+    capsys.readouterr()
+    assert pipeline.main(_argv(tmp_path, "--seeds", "2", "--reuse", *SHRINK)) == 0
+    err = capsys.readouterr().err
+    assert "0 submitted, 0 resubmitted" in err, err
+
+
+@pytest.mark.distributed
+def test_a_training_killed_mid_run_is_resubmitted_and_resumes_from_its_checkpoint(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    longer = [x.replace("train.max_steps=6", "train.max_steps=40") for x in SHRINK]
+    cmd = [sys.executable, "-m", "numlearn.pipeline", *_argv(tmp_path, "--seeds", "1", "--rows", "del"), *longer]
+    cmd[cmd.index("mle,del")] = "del"
+    p = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    ckpt = None
+    while time.time() < deadline and ckpt is None:
+        ckpt = next(iter((tmp_path / "out").rglob("checkpoint-*/trainer_state.json")), None)
+        time.sleep(0.5)
+    assert ckpt is not None, "no checkpoint within 5 minutes"
+    state = tmp_path / "out" / "pipeline" / "table1_tiny.submitit_local.state.json"
+    job_id = json.loads(state.read_text())["jobs"]
+    train_id = next(v["id"] for k, v in job_id.items() if k.endswith(" train"))
+    os.killpg(p.pid, signal.SIGKILL)  # the pipeline
+    for pid in {int(train_id)}:  # the submitted training (its own process group: submitit's local job)
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+    time.sleep(1)
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"del\S* seed=0 train: job \d+ failed: resubmitted", r.stderr), r.stderr[-3000:]
+    (run_json,) = (tmp_path / "out").rglob("run.json")
+    meta = json.loads(run_json.read_text())
+    assert meta["status"] == "complete" and meta["resumed_from"] and "checkpoint-" in meta["resumed_from"]
+
+
+def test_released_plan_gives_each_checkpoint_its_own_presets_gpus(capsys, tmp_path):
+    from numlearn.evaluation.teacher_forced import preset_config
+
+    assert pipeline.main(["released", "--with-base", "--executor", "slurm", "--plan", "--outputs",
+                          str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    tp = int(preset_config("table1_qwen2.5-7b", config="evaluate").eval.tensor_parallel_size)
+    assert re.search(rf"qwen2.5-7b released evaluate  \[1 node x {tp} GPU", text), text
+    assert "qwen2.5-7b base publish" in text and "after: qwen2.5-7b base evaluate" in text
+    assert text.count(" evaluate  [") == 10 and not (tmp_path / "o").exists()
