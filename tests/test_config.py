@@ -291,9 +291,9 @@ def test_official_harness_needs_a_preset(cli):
 
 @pytest.mark.parametrize("override,message", [
     ("loss.alpha=-1", "alpha must be >= 0"),
-    ("loss.alpha=abc", "alpha must be a number"),
+    ("loss.alpha=abc", "loss.alpha='abc': the schema types loss.alpha as float"),
     ("+loss.bogus=1", "+loss.bogus: no loss config defines 'bogus'"),
-    ("++loss.bogus=1", "unknown option(s) ['bogus']"),  # forced past the CLI: build_loss still refuses it
+    ("++loss.bogus=1", "unknown option(s) ['bogus']"),  # forced past the CLI and the schema: build_loss refuses it
     ("+train.max_stepz=3", "did you mean train.max_steps?"),  # issue 29: was accepted and ignored
     ("train.max_steps=abc", "train.max_steps='abc': the schema types train.max_steps as Optional[int]"),
     ("eval.temperature=hot", "eval.temperature='hot': the schema types eval.temperature as float"),

@@ -169,3 +169,21 @@ def test_a_local_benchmark_without_url_or_checksum_is_read_and_make_data_says_wh
         fetch_mod.wanted_files = orig
     problems, info = load_benchmark(load_benchmark_config(f), data, tmp_path / "cache")
     assert [p.answer for p in problems] == ["2"] and info["name"] == "mine"
+
+
+def test_a_misspelt_key_in_a_loss_file_is_one_line_and_null_options_are_the_losses_defaults(tmp_path, cli):
+    """conf/loss files have a schema too (LossConfig): `plac_weights: none` was refused only when the loss was
+    built; now before anything runs. A null option is not passed: the loss's own default applies."""
+    from numlearn.training.run import loss_options
+
+    conf = _conf_copy(tmp_path)
+    f = conf / "loss" / "del_nopw.yaml"
+    f.write_text(f.read_text().replace("place_weights: none", "plac_weights: none"))
+    r = cli("numlearn.train", ["loss=del_nopw"], env={"NUMLEARN_CONF_DIR": str(conf),
+                                                     "NUMLEARN_OUTPUT_DIR": str(tmp_path / "out")})
+    assert r.returncode == 1 and len(r.lines) == 1, r.stderr
+    assert "conf/loss/del_nopw.yaml: Key 'plac_weights' not in 'LossConfig'" in r.lines[0]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=["loss=dist2"])
+    assert cfg.loss.beta is None and "beta" not in loss_options(cfg.loss) and "form" not in loss_options(cfg.loss)
+    assert loss_options(cfg.loss)["tau"] == 1.0

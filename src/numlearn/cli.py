@@ -101,11 +101,15 @@ def hydra_argv(prog: str, argv: list[str] | None):
     """``sys.argv`` for a Hydra entry point: ``[prog, *argv]`` while it runs (restored after), or the process's
     own when ``argv`` is None. So ``numlearn.train.main(["loss=del"])`` runs in-process as
     ``python -m numlearn.train loss=del`` does (tests of one-line errors need no new interpreter)."""
+    extra = []  # NUMLEARN_CONF_DIR set after the entry point was imported (hydra.main read conf_dir() then)
+    if (d := os.environ.get("NUMLEARN_CONF_DIR")) and "--config-dir" not in (argv or sys.argv):
+        extra = ["--config-dir", d]
     if argv is None:
+        sys.argv += extra
         yield sys.argv
         return
     saved = sys.argv
-    sys.argv = [prog, *argv]
+    sys.argv = [prog, *argv, *extra]
     try:
         yield sys.argv
     finally:

@@ -32,8 +32,11 @@ def training_recipe(cfg) -> dict:
     data = c.get("data")
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k not in MEASUREMENT_DATA_KEYS}
-    return {"model": c.get("model"), "data": data, "train": train, "loss": c.get("loss"),
-            "seed": c.get("seed")}
+    # a null model or loss key is the schema's "not set" (the loss's own default, a source's unused key): left
+    # out, so a recipe reads as the preset wrote it and a schema key added later changes no recipe
+    model, loss = ({k: v for k, v in d.items() if v is not None} if isinstance(d, dict) else d
+                   for d in (c.get("model"), c.get("loss")))
+    return {"model": model, "data": data, "train": train, "loss": loss, "seed": c.get("seed")}
 
 
 def recipe_sha(recipe: dict) -> str:

@@ -1,8 +1,8 @@
 """The config's one schema: Hydra structured configs for the sections every run shares.
 
-``train``, ``data``, ``eval`` (with ``eval.teacher_forced`` and each of ``eval.benchmarks``) and ``model`` are
-dataclasses registered in Hydra's ConfigStore; each preset in ``conf/train``, ``conf/data``, ``conf/eval`` and
-``conf/model`` starts from its schema
+``train``, ``data``, ``eval`` (with ``eval.teacher_forced`` and each of ``eval.benchmarks``), ``model`` and
+``loss`` are dataclasses registered in Hydra's ConfigStore; each preset in ``conf/train``, ``conf/data``,
+``conf/eval``, ``conf/model`` and ``conf/loss`` starts from its schema
 (``defaults: [_schema, _self_]``) and sets only what differs. So every default lives here once,
 a key is typed when the config is composed (``train.max_steps=ten`` or ``eval.temperature=hot`` is
 an error naming the key before anything loads), a misspelt key is refused, and code reads
@@ -152,6 +152,28 @@ class ModelConfig:
 
 
 @dataclass
+class LossConfig:
+    """``loss``: a loss's name, its weight and its options (``numlearn.losses.build_loss`` checks the options a
+    loss takes; a null option is the loss's own default, so an option no preset sets stays out of the call).
+    ``tag`` names a config that varies a loss's options (``del_paper``): its own run dirs."""
+
+    name: str = MISSING
+    alpha: float = MISSING  # the weight on the step scale (0 for a loss without a numeric term)
+    tag: Optional[str] = None
+    # the options of the registered losses (numlearn.losses.LOSSES); null: the loss's default
+    form: Optional[str] = None
+    place_weights: Optional[str] = None
+    float_spans: Optional[bool] = None
+    aux_normalization: Optional[str] = None
+    ce_normalization: Optional[str] = None
+    tau: Optional[float] = None
+    beta: Optional[float] = None
+    variant: Optional[str] = None
+    level: Optional[str] = None
+    eta: Optional[float] = None
+
+
+@dataclass
 class GeneratorConfig:
     """A benchmark's ``generator``: a split of the synthetic task, generated instead of read."""
 
@@ -277,14 +299,17 @@ def load_study_config(path):
 
 
 SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig,
-           ("model", "_schema"): ModelConfig}
+           ("model", "_schema"): ModelConfig, ("loss", "_schema"): LossConfig}
 
 
 def register() -> None:
     """Put the schemas in Hydra's ConfigStore (idempotent): ``train/_schema``, ``eval/_schema``,
     ``data/_schema``."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
+    # ${numlearn.loss_dir:${loss.tag},${loss.name}}: the run dir's loss level (the tag where a config has one)
+    OmegaConf.register_new_resolver("numlearn.loss_dir", lambda tag, name: tag or name, replace=True)
     cs = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         cs.store(group=group, name=name, node=node)

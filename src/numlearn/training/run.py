@@ -49,9 +49,10 @@ def _abs(p) -> Path:
 
 
 def loss_options(loss_cfg) -> dict:
-    """Keyword arguments of ``build_loss`` from a ``conf/loss`` node (all keys but ``name`` and
-    ``tag``, the name of a loss config that varies a loss's options: it names the run dir)."""
-    return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items() if k not in ("name", "tag")}
+    """Keyword arguments of ``build_loss`` from a ``conf/loss`` node: every key but ``name``, ``tag`` (the name
+    of a loss config that varies a loss's options: it names the run dir) and the options left null."""
+    return {k: v for k, v in OmegaConf.to_container(loss_cfg, resolve=True).items()
+            if k not in ("name", "tag") and v is not None}  # null: the loss's own default
 
 
 
