@@ -116,6 +116,18 @@ def hydra_argv(prog: str, argv: list[str] | None):
         sys.argv = saved
 
 
+def run_entry_point(prog: str, config_name: str, hydra_main, argv: list[str] | None) -> None:
+    """A Hydra entry point's checks, then the app: ``sys.argv`` (or ``argv``, in-process) checked for unknown
+    group choices, an unwritable output and config files that fail their schema -- each one line -- the hub
+    reached or offline, then ``hydra_main()``."""
+    with hydra_argv(prog, argv) as args:
+        check_group_overrides(args, prog)
+        check_output_writable(args, prog)
+        check_composes(args, config_name, prog)
+        offline_if_hub_unreachable(prog)
+        hydra_main()
+
+
 def check_group_overrides(argv: list[str], prog: str) -> None:
     """Exit with one line naming the valid choices when ``group=value`` names no config file, and
     naming the type when a schema-typed key gets a value of another type."""

@@ -16,14 +16,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.cli import (
-    check_composes,
-    check_group_overrides,
-    check_output_writable,
     conf_dir,
     fail,
-    hydra_argv,
     io_failure,
-    offline_if_hub_unreachable,
+    run_entry_point,
 )
 from numlearn.provenance import model_fingerprint
 
@@ -199,12 +195,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m numlearn.evaluate [overrides]``; ``argv``: the overrides, to run it in-process (a test, a notebook)."""
-    with hydra_argv("numlearn.evaluate", argv) as args:
-        check_group_overrides(args, "numlearn.evaluate")
-        check_output_writable(args, "numlearn.evaluate")
-        check_composes(args, "evaluate", "numlearn.evaluate")
-        offline_if_hub_unreachable("numlearn.evaluate")
-        _main()
+    run_entry_point("numlearn.evaluate", "evaluate", _main, argv)
 
 
 if __name__ == "__main__":

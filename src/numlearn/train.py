@@ -17,14 +17,10 @@ import hydra
 from omegaconf import DictConfig
 
 from numlearn.cli import (
-    check_composes,
-    check_group_overrides,
-    check_output_writable,
     conf_dir,
     fail,
-    hydra_argv,
     io_failure,
-    offline_if_hub_unreachable,
+    run_entry_point,
 )
 
 
@@ -51,12 +47,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m numlearn.train [overrides]``; ``argv``: the overrides, to run it in-process (a test, a notebook)."""
-    with hydra_argv("numlearn.train", argv) as args:
-        check_group_overrides(args, "numlearn.train")
-        check_output_writable(args, "numlearn.train")
-        check_composes(args, "config", "numlearn.train")
-        offline_if_hub_unreachable("numlearn.train")
-        _main()
+    run_entry_point("numlearn.train", "config", _main, argv)
 
 
 if __name__ == "__main__":
