@@ -18,10 +18,12 @@ from numlearn.losses import (
     NTLLoss,
     TokenizerDigitError,
     build_loss,
+    capabilities,
     count_digit_targets,
     digit_token_ids,
     number_spans,
     shift_targets,
+    step_counts,
 )
 
 VOCAB = DigitVocab(tuple(range(10)), 10)  # char tokenizer layout: digit k has id k, "." is 10
@@ -574,6 +576,44 @@ def test_labels_padded_with_minus_one_are_refused_not_trained(name):
     with pytest.raises(ValueError, match=r"labels hold negative ids \[-1\].*masked_fill\(labels == -1, -100\)"):
         fn(logits, labels)
     fn(logits, labels.masked_fill(labels == -1, -100))
+
+
+@pytest.mark.parametrize("name", ["mle", "del", "ntl", "dist2", "mixce", "emo"])
+def test_ignore_index_minus_one_trains_what_minus_100_trains(name):
+    """``ignore_index=-1`` (F.cross_entropy's argument): -1-padded labels give the loss and gradient of the same
+    labels padded with -100, on the logits path and (where the loss has one) the fused hidden-state path; the
+    step's counts skip them too. A different negative label is still refused, naming the argument."""
+    torch.manual_seed(0)
+    V, H = 16, 8
+    vocab = DigitVocab(digit_ids=tuple(range(10)), dot_id=10)
+    opts = {"alpha": 0.5} if name in ("del", "ntl", "dist2") else {}
+    if name == "emo":
+        opts["output_embeddings"] = torch.randn(V, H)
+    ref_fn = build_loss(name, vocab, **opts)
+    fn = build_loss(name, vocab, ignore_index=-1, **opts)
+    labels = torch.tensor([[-1, 3, 4, 10, 5, 12, -1, -1], [-1, -1, 7, 2, 13, 9, 1, -1]])
+    ref_labels = labels.masked_fill(labels == -1, -100)
+    hidden, W = torch.randn(2, 8, H, requires_grad=True), torch.randn(V, H)
+    outs = []
+    for f, lab in ((fn, labels), (ref_fn, ref_labels)):
+        hidden.grad = None
+        out = f(hidden @ W.T, lab)
+        out.loss.backward()
+        outs.append((out.loss.detach(), hidden.grad.clone()))
+    assert torch.allclose(outs[0][0], outs[1][0]) and torch.allclose(outs[0][1], outs[1][1])
+    if name == "mle":  # by hand: F.cross_entropy with the same ignore_index
+        t = F.pad(labels[:, 1:], (0, 1), value=-1)
+        assert float(outs[0][0]) == pytest.approx(float(F.cross_entropy((hidden @ W.T).detach().reshape(-1, V),
+                                                                          t.reshape(-1), ignore_index=-1)), abs=1e-6)
+    if capabilities(name).linear_form:
+        got = fn.from_hidden(hidden, W, labels).loss
+        assert float(got) == pytest.approx(float(outs[1][0]), abs=1e-6)
+    counts, ref_counts = step_counts([labels], fn), step_counts([ref_labels], ref_fn)
+    assert counts == ref_counts and (counts.num_items_in_batch, counts.num_digits_in_batch) == (10, 7)  # by hand
+    with pytest.raises(ValueError, match=r"negative ids \[-2\].*ignore_index=-2"):
+        fn(hidden @ W.T, labels.masked_fill(labels == 12, -2))
+    with pytest.raises(ValueError, match="ignore_index must be an int"):
+        build_loss(name, vocab, ignore_index="pad", **opts)
 
 
 def test_num_items_without_num_digits_warns_once():

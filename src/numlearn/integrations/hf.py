@@ -146,7 +146,7 @@ class LossBridge:
         needs_step = (getattr(fn, "has_numeric_term", False) and getattr(fn, "aux_normalization", "step") !=
                       "microbatch_sum") or getattr(fn, "ce_normalization", "token") != "token"
         if needs_step and torch.is_grad_enabled() and num_items_in_batch is not None:
-            local = count_targets(labels, labels_shifted)
+            local = count_targets(labels, labels_shifted, getattr(fn, "ignore_index", -100))
             if int(num_items_in_batch) != local:
                 raise ValueError(
                     f"LossBridge used as a plain compute_loss_func: the step has {int(num_items_in_batch)} trained "
@@ -155,7 +155,7 @@ class LossBridge:
                     f"weight would grow with the accumulation. {_WORKING_ROUTE}.")
         # the step is this micro-batch (checked above when it matters): its digit count is the step's
         vocab = getattr(fn, "vocab", None)
-        digits = count_digit_targets(labels, vocab, labels_shifted) \
+        digits = count_digit_targets(labels, vocab, labels_shifted, getattr(fn, "ignore_index", -100)) \
             if num_items_in_batch is not None and isinstance(vocab, DigitVocab) else None
         return {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": digits,
                 "num_microbatches_in_step": 1}

@@ -36,6 +36,39 @@ CE_NORMALIZATIONS = {
     "example_mean": "each example's token mean, averaged over the step's examples (all micro-batches, all processes)",
 }
 _RENAMED_NORMALIZATIONS = {"microbatch": "microbatch_sum"}
+# What a loss call returns (``build_loss(..., reduction=...)``), as in F.cross_entropy and ntloss.
+REDUCTIONS = {
+    "mean": "a scalar: CE and the numeric term each divided by the normalisers above (the step's counts)",
+    "sum": "a scalar: the same sums with every step normaliser set to 1 (divide it yourself)",
+    "none": "[B, T] per-position contributions, normalised as for mean: loss.sum() is the mean loss",
+}
+
+
+def check_reduction(value: str) -> str:
+    if value not in REDUCTIONS:
+        raise ValueError(f"reduction={value!r}; choose one of {sorted(REDUCTIONS)}")
+    return value
+
+
+def position_weights(loss_weights: torch.Tensor | None, labels: torch.Tensor,
+                     labels_shifted: bool = False) -> torch.Tensor | None:
+    """``[B*T]`` fp32 weights of the target positions from ``loss_weights`` (``[B, T]``, aligned with
+    ``labels`` and shifted with them: the weight of a label is the weight of the position trained on it)."""
+    if loss_weights is None:
+        return None
+    if not isinstance(loss_weights, torch.Tensor) or loss_weights.shape != labels.shape:
+        got = tuple(loss_weights.shape) if isinstance(loss_weights, torch.Tensor) else type(loss_weights).__name__
+        raise ValueError(f"loss_weights must be a tensor shaped like labels {tuple(labels.shape)}, got {got}")
+    w = loss_weights.to(device=labels.device, dtype=torch.float32)
+    if not (torch.compiler.is_compiling() or w.is_meta) and not bool((torch.isfinite(w) & (w >= 0)).all()):
+        raise ValueError("loss_weights must be finite and >= 0 (a weight of 0 leaves a position out)")
+    if not labels_shifted:
+        w = torch.nn.functional.pad(w[:, 1:], (0, 1), value=0.0)
+    return w.reshape(-1)
+
+
+def _times(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    return b if a is None else a if b is None else a * b
 
 
 def check_aux_normalization(value: str) -> str:
@@ -70,7 +103,9 @@ def effective_weight(alpha: float, aux_normalization: str, grad_accum: int = 1, 
 class LossOutput:
     """Result of a loss call.
 
-    loss: scalar to back-propagate (``ce + aux``).
+    loss: scalar to back-propagate (``ce + aux``); with ``reduction="none"`` the ``[B, T]`` per-position
+        contributions (target alignment: position t is trained on the target ``labels[t+1]``, or ``labels[t]``
+        with ``labels_shifted``), normalised as for ``"mean"``, so ``loss.sum()`` is the mean loss.
     ce, aux: detached scalars, the cross-entropy part and the extra part.
     stats: detached scalars for logging -- ``digit_acc`` (argmax over the ten digit logits equals
         the target), ``digit_entropy`` (mean entropy, in nats, of the digit-conditional
@@ -112,14 +147,16 @@ class _CrossEntropyWithDigitLogits(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits2d, targets, rows, digit_ids, weights=None):
-        # weights: [M] fp32 per-position weights of the CE sum (example-mean CE), None -> 1
+    def forward(ctx, logits2d, targets, rows, digit_ids, weights=None, per_position=False):
+        # weights: [M] fp32 per-position weights of the CE sum (example-mean CE, loss_weights), None -> 1;
+        # per_position: the [M] weighted CE instead of its sum (reduction="none")
         valid = targets != IGNORE_INDEX
         safe_t = targets.clamp_min(0)
         lse = torch.logsumexp(logits2d.float(), dim=-1)
         tgt_logit = logits2d.gather(1, safe_t.unsqueeze(1)).squeeze(1).float()
         ce = torch.where(valid, lse - tgt_logit, torch.zeros_like(lse))
-        ce_sum = (ce if weights is None else ce * weights).sum()
+        ce = ce if weights is None else ce * weights
+        ce_sum = ce if per_position else ce.sum()
         zd = logits2d[rows.unsqueeze(1), digit_ids.unsqueeze(0)].float()
         ctx.save_for_backward(logits2d, lse, targets, rows, digit_ids,
                               weights if weights is not None else torch.empty(0))
@@ -134,13 +171,13 @@ class _CrossEntropyWithDigitLogits(torch.autograd.Function):
         grad.exp_()
         idx = torch.nonzero(valid).squeeze(1)
         grad[idx, targets[idx]] -= 1.0
-        scale = valid.to(grad.dtype) * g_ce
+        scale = valid.to(grad.dtype) * g_ce  # g_ce: a scalar, or [M] (per_position)
         if ctx.weighted:
             scale = scale * weights
         grad.mul_(scale.unsqueeze(1))
         if g_zd is not None and rows.numel():
             grad.index_put_((rows.unsqueeze(1), digit_ids.unsqueeze(0)), g_zd.to(grad.dtype), accumulate=True)
-        return grad.to(logits2d.dtype), None, None, None, None
+        return grad.to(logits2d.dtype), None, None, None, None, None
 
 
 class TokenLoss:
@@ -148,7 +185,7 @@ class TokenLoss:
     num_digits_in_batch=None) -> LossOutput``.
 
     logits: ``[B, T, V]`` straight from a causal LM (any float dtype).
-    labels: ``[B, T]``, IGNORE_INDEX (-100) where not trained. Unshifted (Hugging Face's convention:
+    labels: ``[B, T]``, IGNORE_INDEX (-100) or the loss's ``ignore_index`` where not trained. Unshifted (Hugging Face's convention:
         the model's input ids, masked) and shifted here; ``labels_shifted=True`` for labels that
         already hold each position's target (ntloss's convention, collators' ``shift_labels``).
     num_items_in_batch: response tokens in the whole optimizer step (what the HF Trainer passes);
@@ -162,9 +199,18 @@ class TokenLoss:
         ``aux_normalization="example_mean"``. None -> this batch's.
     position_ids: ``[B, T]``, 0 at each sequence's first token, for packed or padding-free rows: an
         example is then a sequence, not a row (``example_ids``). None -> each row is one example.
+    loss_weights: ``[B, T]`` per-position weights >= 0, aligned with ``labels`` (the weight of a label is
+        that of the position trained on it): each position's CE and numeric term are multiplied by it; the
+        normalisers stay counts, so a step's loss is ``sum_t w_t * loss_t / count`` whatever the split.
+        Losses with a digit term (mle, ntl, dist2, del), on the logits and ``from_hidden`` paths.
     """
 
     name = "base"
+    #: the label of untrained positions besides -100 (``F.cross_entropy``'s ``ignore_index``; e.g. -1 or the
+    #: pad id): ``build_loss(..., ignore_index=-1)``; every other negative label is refused
+    ignore_index: int = IGNORE_INDEX
+    #: ``"mean"``, ``"sum"`` or ``"none"`` (``REDUCTIONS``): ``build_loss(..., reduction="none")``
+    reduction: str = "mean"
 
     def __init__(self, vocab: DigitVocab | None) -> None:
         self.vocab = vocab
@@ -173,7 +219,7 @@ class TokenLoss:
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
                  labels_shifted: bool = False, num_examples_in_step: int | None = None,
                  num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None) -> LossOutput:
+                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
         raise NotImplementedError
 
     #: the loss has a numeric term whose normalisation needs the step's digit count
@@ -208,10 +254,25 @@ class TokenLoss:
         return full, n
 
     def _ce(self, ce_sum, targets, num_items_in_batch, num_examples_in_step, n_local) -> torch.Tensor:
+        """CE (a sum, or ``[M]`` per position) over its normaliser: the step's tokens or examples; 1 for
+        ``reduction="sum"``."""
+        if self.reduction == "sum":
+            return ce_sum
         if self.ce_normalization == "token":
             return ce_sum / self._ce_denominator(targets, num_items_in_batch)
         n = _as_float(num_examples_in_step)
         return ce_sum / max(n if n is not None else float(n_local), 1.0)
+
+    def _output(self, ce: torch.Tensor, targets: torch.Tensor, aux_rows: torch.Tensor | None = None,
+                aux: torch.Tensor | None = None, stats: dict | None = None) -> LossOutput:
+        """LossOutput from the normalised CE (a scalar, or ``[M]`` under ``reduction="none"``) and the
+        numeric term's per-digit contributions ``aux`` (``[N]`` at the flat positions ``aux_rows``)."""
+        aux_sum = aux.sum() if aux is not None else ce.sum() * 0.0
+        if self.reduction != "none":
+            return LossOutput(loss=ce + aux_sum, ce=ce.detach(), aux=aux_sum.detach(), stats=stats or {})
+        per_pos = ce if aux is None else ce.index_add(0, aux_rows, aux.to(ce.dtype))
+        return LossOutput(loss=per_pos.view(targets.shape), ce=ce.sum().detach(), aux=aux_sum.detach(),
+                          stats=stats or {})
 
     def extra_repr(self) -> str:
         return ""
@@ -269,18 +330,20 @@ class DigitLoss(TokenLoss):
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
                  labels_shifted: bool = False, num_examples_in_step: int | None = None,
                  num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None) -> LossOutput:
+                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
         V = logits.shape[-1]
-        targets = to_targets(labels.to(logits.device), labels_shifted)
+        targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         ce_w, n_ex = self._ce_weights(targets, position_ids)
+        lw = position_weights(loss_weights, labels.to(logits.device), labels_shifted)
+        ce_w, none = _times(ce_w, lw), self.reduction == "none"
         if isinstance(self.vocab, DigitVocab):
             dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
             ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
-                logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device), ce_w
+                logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device), ce_w, none
             )
         else:  # number tokens of 1..K digits (numlearn.losses.numbers): the same kernel on their columns
             from .numbers import number_digit_logits, number_targets
@@ -289,15 +352,15 @@ class DigitLoss(TokenLoss):
             dt = nt.digits
             pos, inv = torch.unique_consecutive(dt.rows, return_inverse=True)
             ce_sum, zn = _CrossEntropyWithDigitLogits.apply(
-                logits.reshape(-1, V), flat_t, pos, self.vocab.ids_tensor(logits.device), ce_w
+                logits.reshape(-1, V), flat_t, pos, self.vocab.ids_tensor(logits.device), ce_w, none
             )
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
             return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                                  num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv))
+                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv), lw=lw)
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                             position_ids, n_ex)
+                             position_ids, n_ex, lw=lw)
 
     def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
                     lm_head_bias: torch.Tensor | None = None, num_items_in_batch: int | torch.Tensor | None = None,
@@ -305,7 +368,7 @@ class DigitLoss(TokenLoss):
                     chunk_size: int = DEFAULT_CHUNK, logit_transform: LogitTransform | None = None,
                     labels_shifted: bool = False, num_examples_in_step: int | None = None,
                     num_digit_examples_in_step: int | None = None,
-                    position_ids: torch.Tensor | None = None) -> LossOutput:
+                    position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
         """The same loss as ``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels,
         ...)``, in value and in gradient (w.r.t. ``hidden``, the weight and the bias), without
         materialising the ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a
@@ -323,22 +386,33 @@ class DigitLoss(TokenLoss):
         if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
             raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
                              f"and {tuple(labels.shape)}")
-        targets = to_targets(labels.to(hidden.device), labels_shifted)
+        targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         h2 = hidden.reshape(-1, hidden.shape[-1])
         idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
         ce_w, n_ex = self._ce_weights(targets, position_ids)
+        lw = position_weights(loss_weights, labels.to(hidden.device), labels_shifted)
+        ce_w = _times(ce_w, lw)
         ce_w = ce_w[idx] if ce_w is not None else None
+        per_row = self.reduction == "none"
+
+        def spread(ce_rows):  # reduction="none": the [K] rows' CE at their flat positions
+            if not per_row:
+                return ce_rows
+            return torch.zeros(flat_t.shape[0], dtype=ce_rows.dtype, device=ce_rows.device).index_add(0, idx, ce_rows)
+
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
             none = torch.zeros(0, dtype=torch.long, device=hidden.device)
             ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
-                                                   chunk_size, logit_transform, ce_w)
-            ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex)
-            return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
+                                                   chunk_size, logit_transform, ce_w, per_row)
+            ce = self._ce(spread(ce_sum), targets, num_items_in_batch, num_examples_in_step, n_ex)
+            return self._output(ce, targets)
         if isinstance(self.vocab, DigitVocab):
             dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
             ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
-                                                    self._digit_ids(hidden.device), chunk_size, logit_transform, ce_w)
+                                                    self._digit_ids(hidden.device), chunk_size, logit_transform, ce_w,
+                                                    per_row)
+            ce_sum = spread(ce_sum)
         else:  # number tokens: only their <= 1,110 columns, h @ W[number ids].T, never the full logits
             from .numbers import number_digit_logits, number_targets
 
@@ -347,14 +421,14 @@ class DigitLoss(TokenLoss):
             pos, inv = torch.unique_consecutive(dt.rows, return_inverse=True)
             ce_sum, zn = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], pos,
                                                     self.vocab.ids_tensor(hidden.device), chunk_size,
-                                                    logit_transform, ce_w)
+                                                    logit_transform, ce_w, per_row)
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
-            return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
+            return self._combine(spread(ce_sum), zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                                  num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv))
+                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv), lw=lw)
         return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                              num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                             position_ids, n_ex)
+                             position_ids, n_ex, lw=lw)
 
     #: the numeric term is on number tokens (``number_term``), not on digits (``digit_term``); with
     #: single-digit tokens the two are the same thing
@@ -367,12 +441,13 @@ class DigitLoss(TokenLoss):
 
     def _combine(self, ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
                  num_microbatches_in_step, num_examples_in_step=None, num_digit_examples_in_step=None,
-                 position_ids=None, n_examples=0, number_view=None) -> LossOutput:
+                 position_ids=None, n_examples=0, number_view=None, lw=None) -> LossOutput:
         """CE mean (see ``ce_normalization``) and the normalised numeric term (see
         ``aux_normalization``) -> LossOutput. ``number_view``: (number-column logits ``[P, n]``,
         target ids ``[P]``, each digit target's token ``[N]``) of a number-token vocabulary, for a term
         on number tokens: a token's term is counted at each of its digits, so every normalisation
-        stays a per-digit one."""
+        stays a per-digit one. ``lw``: ``[M]`` per-position ``loss_weights`` (already in ``ce_sum``), applied
+        to each digit's term here; the normalisers stay counts, not sums of weights."""
         ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_examples)
 
         denom = max(float(dt.count), 1.0)
@@ -392,17 +467,20 @@ class DigitLoss(TokenLoss):
             per_digit, n_local = per_example_weights(example_ids(targets, position_ids).reshape(-1)[dt.rows])
             n = _as_float(num_digit_examples_in_step)
             denom = max(n if n is not None else float(n_local), 1.0)
+        if self.reduction == "sum":
+            denom = 1.0
+        if lw is not None:
+            per_digit = _times(per_digit, lw[dt.rows])
         if self.alpha > 0:
             if self.on_number_tokens and number_view is not None:
                 zn, target_ids, token_of_digit = number_view
                 term = self.number_term(zn, target_ids)[token_of_digit]  # [N]: the token's term at each digit
             else:
                 term = self.digit_term(zd, dt)
-            aux = self.alpha * (term if per_digit is None else term * per_digit).sum() / denom
+            aux = self.alpha * (term if per_digit is None else term * per_digit) / denom  # [N]
         else:
-            aux = zd.sum() * 0.0  # keeps the graph so backward works with no digits / alpha 0
-        stats = _digit_stats(zd.detach(), dt)
-        return LossOutput(loss=ce + aux, ce=ce.detach(), aux=aux.detach(), stats=stats)
+            aux = zd.sum(-1) * 0.0  # keeps the graph so backward works with no digits / alpha 0
+        return self._output(ce, targets, dt.rows, aux, _digit_stats(zd.detach(), dt))
 
     def extra_repr(self) -> str:
         return (f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, "
@@ -436,11 +514,11 @@ def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
 
 
 def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, float_spans: bool = True,
-               labels_shifted: bool = False) -> tuple[torch.Tensor, DigitTargets]:
+               labels_shifted: bool = False, ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, DigitTargets]:
     """(fp32 ``[N, 10]`` digit logits, DigitTargets) of a batch, without gradients: for analysis
     (digit distributions per loss, the paper's Figure 1) rather than training."""
     with torch.no_grad():
-        targets = to_targets(labels.to(logits.device), labels_shifted)
+        targets = to_targets(labels.to(logits.device), labels_shifted, ignore_index)
         if not isinstance(vocab, DigitVocab):  # number tokens of 1..K digits: their digit marginals
             from .numbers import number_digit_logits, number_targets
 

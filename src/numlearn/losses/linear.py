@@ -83,69 +83,39 @@ class _ChunkedLinearCE(torch.autograd.Function):
     while the chunk's logits exist (then scaled by ``g``). Fwd + bwd thus costs the three head
     products of the materialised path, never a recomputation. The digit columns' gradient (known
     only in the backward, ``[N, 10]``) is added into the same buffers -- indexing ``W[cols]`` under
-    autograd would allocate a second ``[V, H]`` gradient."""
+    autograd would allocate a second ``[V, H]`` gradient.
+
+    ``per_row=True`` returns the ``[K]`` per-row CE instead of the sum (``reduction="none"``): the
+    upstream gradient is then a vector known only in the backward, so the forward forms no gradient
+    and the backward recomputes each chunk's logits once (one more head product than the sum)."""
 
     @staticmethod
     def forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size: int, grad_enabled: bool,
-                transform: LogitTransform = IDENTITY, weights: torch.Tensor | None = None):
+                transform: LogitTransform = IDENTITY, weights: torch.Tensor | None = None, per_row: bool = False):
         cdt = _autocast_dtype(h.device.type)
         with torch.autocast(h.device.type, enabled=False):
             return _ChunkedLinearCE._forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size,
-                                             grad_enabled, transform, cdt, weights)
+                                             grad_enabled, transform, cdt, weights, per_row)
 
     @staticmethod
     def _forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size, grad_enabled, transform, cdt,
-                 weights=None):
+                 weights=None, per_row=False):
         w_c = weight if cdt is None else weight.to(cdt)  # the head product in autocast's dtype
         b_c = bias if (cdt is None or bias is None) else bias.to(cdt)
-        need_h, need_w, need_b = (n and grad_enabled for n in ctx.needs_input_grad[:3])
-        gh = torch.zeros_like(h) if need_h else None
-        gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
-        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) \
-            if need_b and bias is not None else None
-        total = torch.zeros((), dtype=torch.float32, device=h.device)
-        any_grad = gh is not None or gw is not None or gb is not None
-        for s in range(0, idx.shape[0], chunk_size):
-            i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
-            w_row = None if weights is None else weights[s : s + chunk_size].float()
-            h_c = h[i_c]
-            z = _chunk_logits(h_c, w_c, b_c)
-            deriv = None
-            if transform.scale != 1.0:
-                z.mul_(transform.scale)
-            if transform.softcap is not None:
-                z.div_(transform.softcap).tanh_()
-                deriv = (1.0 - z * z).mul_(transform.scale) if any_grad else None
-                z.mul_(transform.softcap)
-            # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
-            z_t = z.gather(1, t_c.unsqueeze(1)).squeeze(1)
-            m = z.max(dim=1, keepdim=True).values
-            z.sub_(m).exp_()
-            tot = z.sum(dim=1, keepdim=True)
-            ce_rows = m.squeeze(1) + tot.squeeze(1).log() - z_t
-            total += (ce_rows if w_row is None else ce_rows * w_row).sum()
-            if not any_grad:
-                del z
-                continue
-            z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
-            z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
-            if w_row is not None:
-                z.mul_(w_row.unsqueeze(1))  # each row's CE enters the sum with its weight
-            if deriv is not None:
-                z.mul_(deriv)  # through the cap (and the scale) back to h @ W.T + b
-                del deriv
-            elif transform.scale != 1.0:
-                z.mul_(transform.scale)
-            if gb is not None:
-                gb += z.sum(0)
-            _add_products(z, h_c, w_c, gh, gw, i_c, None)
-            del z  # before the next chunk's block is allocated: one block alive, not two
+        need = tuple(n and grad_enabled and not per_row for n in ctx.needs_input_grad[:3])
+        gh, gw, gb = _grad_buffers(h, weight, bias, need)
+        out = torch.zeros(idx.shape[0] if per_row else (), dtype=torch.float32, device=h.device)
+        _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, gb, out)
         # the digit columns' raw logits (h @ W.T + b); the caller applies the transform under autograd
         zd = _chunk_logits(h[rows], w_c[cols], b_c[cols] if b_c is not None else None)
-        ctx.save_for_backward(h, weight, rows, cols, *(x if x is not None else torch.empty(0) for x in (gh, gw, gb)))
+        extra = (idx, targets, bias if bias is not None else torch.empty(0),
+                 weights if weights is not None else torch.empty(0)) if per_row else ()
+        ctx.save_for_backward(h, weight, rows, cols, *(x if x is not None else torch.empty(0) for x in (gh, gw, gb)),
+                              *extra)
         ctx.has = (gh is not None, gw is not None, gb is not None)
-        ctx.cdt = cdt
-        return total, zd
+        ctx.cdt, ctx.per_row, ctx.chunk_size, ctx.transform = cdt, per_row, chunk_size, transform
+        ctx.has_bias, ctx.has_weights = bias is not None, weights is not None
+        return out, zd
 
     @staticmethod
     def backward(ctx, g, g_zd):
@@ -154,20 +124,87 @@ class _ChunkedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, g, g_zd):
-        h, weight, rows, cols, gh, gw, gb = ctx.saved_tensors
+        h, weight, rows, cols, gh, gw, gb = ctx.saved_tensors[:7]
         w_c = weight[cols] if ctx.cdt is None else weight[cols].to(ctx.cdt)
-        gh, gw, gb = (x if has else None for x, has in zip((gh, gw, gb), ctx.has))
-        g = g.float() if g is not None else torch.zeros((), device=h.device)
-        for x in (gh, gw, gb):
-            if x is not None:
-                x.mul_(g.to(x.dtype))
+        if ctx.per_row:  # the per-row upstream gradient is the rows' weight of a recomputed pass
+            idx, targets, bias, weights = ctx.saved_tensors[7:]
+            bias = bias if ctx.has_bias else None
+            gh, gw, gb = _grad_buffers(h, weight, bias, ctx.needs_input_grad[:3])
+            if g is not None:
+                row_w = g.float() * (weights.float() if ctx.has_weights else 1.0)
+                w_full = weight if ctx.cdt is None else weight.to(ctx.cdt)
+                b_full = bias if (ctx.cdt is None or bias is None) else bias.to(ctx.cdt)
+                _ce_pass(h, w_full, b_full, idx, targets, ctx.chunk_size, ctx.transform, row_w, gh, gw, gb,
+                         torch.zeros((), dtype=torch.float32, device=h.device))
+        else:
+            gh, gw, gb = (x if has else None for x, has in zip((gh, gw, gb), ctx.has))
+            g = g.float() if g is not None else torch.zeros((), device=h.device)
+            for x in (gh, gw, gb):
+                if x is not None:
+                    x.mul_(g.to(x.dtype))
         if g_zd is not None and rows.numel():
             g_zd = g_zd.float()
             if gb is not None:
                 gb.index_add_(0, cols, g_zd.sum(0))
             _add_products(g_zd, h[rows], w_c, gh, gw, rows, cols)
         return (gh, gw.to(weight.dtype) if gw is not None else None,
-                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None, None)
+                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None, None, None)
+
+
+def _grad_buffers(h, weight, bias, need):
+    """Zeroed fp32 gradient buffers of (h, W, b) where ``need`` says so, else None."""
+    need_h, need_w, need_b = need
+    gh = torch.zeros_like(h) if need_h else None
+    gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) \
+        if need_b and bias is not None else None
+    return gh, gw, gb
+
+
+def _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, gb, out) -> None:
+    """One pass over the target rows ``chunk_size`` at a time: each row's CE (times ``weights``) into ``out``
+    (a scalar: summed; ``[K]``: per row), and, where buffers are given, its gradient for an upstream 1 into
+    them while the chunk's logits exist."""
+    any_grad = gh is not None or gw is not None or gb is not None
+    for s in range(0, idx.shape[0], chunk_size):
+        i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
+        w_row = None if weights is None else weights[s : s + chunk_size].float()
+        h_c = h[i_c]
+        z = _chunk_logits(h_c, w_c, b_c)
+        deriv = None
+        if transform.scale != 1.0:
+            z.mul_(transform.scale)
+        if transform.softcap is not None:
+            z.div_(transform.softcap).tanh_()
+            deriv = (1.0 - z * z).mul_(transform.scale) if any_grad else None
+            z.mul_(transform.softcap)
+        # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
+        z_t = z.gather(1, t_c.unsqueeze(1)).squeeze(1)
+        m = z.max(dim=1, keepdim=True).values
+        z.sub_(m).exp_()
+        tot = z.sum(dim=1, keepdim=True)
+        ce_rows = m.squeeze(1) + tot.squeeze(1).log() - z_t
+        ce_rows = ce_rows if w_row is None else ce_rows * w_row
+        if out.dim():
+            out[s : s + chunk_size] = ce_rows
+        else:
+            out += ce_rows.sum()
+        if not any_grad:
+            del z
+            continue
+        z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
+        z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
+        if w_row is not None:
+            z.mul_(w_row.unsqueeze(1))  # each row's CE enters the sum with its weight
+        if deriv is not None:
+            z.mul_(deriv)  # through the cap (and the scale) back to h @ W.T + b
+            del deriv
+        elif transform.scale != 1.0:
+            z.mul_(transform.scale)
+        if gb is not None:
+            gb += z.sum(0)
+        _add_products(z, h_c, w_c, gh, gw, i_c, None)
+        del z  # before the next chunk's block is allocated: one block alive, not two
 
 
 def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
@@ -188,18 +225,20 @@ def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
 
 
 def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK,
-                               transform: LogitTransform | None = None, weights: torch.Tensor | None = None):
+                               transform: LogitTransform | None = None, weights: torch.Tensor | None = None,
+                               per_row: bool = False):
     """(summed CE of ``transform(h[idx] @ W.T + b)`` against ``targets``, fp32 ``[N, 10]`` logits
     ``transform(h[rows] @ W[cols].T + b[cols])``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a
     target; ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids; ``weights``: ``[K]``
-    per-row weights of the CE sum (None: 1)."""
+    per-row weights of the CE sum (None: 1); ``per_row``: the ``[K]`` weighted CE of each row instead of the
+    sum (its backward recomputes the chunks)."""
     transform = transform or IDENTITY
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"expected h [M, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     ce_sum, zd = _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size),
-                                        torch.is_grad_enabled(), transform, weights)
+                                        torch.is_grad_enabled(), transform, weights, bool(per_row))
     return ce_sum, (zd if transform.identity else transform(zd))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import DigitLoss, LossOutput
+from .base import DigitLoss, LossOutput, _times, position_weights
 from .digits import DigitVocab
 from .spans import IGNORE_INDEX, DigitTargets, to_targets
 
@@ -34,17 +34,19 @@ class MLELoss(DigitLoss):
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
                  labels_shifted: bool = False, num_examples_in_step: int | None = None,
                  num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None) -> LossOutput:
+                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
         if self.vocab is not None:
             return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step,
-                                    labels_shifted, num_examples_in_step, num_digit_examples_in_step, position_ids)
-        targets = to_targets(labels.to(logits.device), labels_shifted)
+                                    labels_shifted, num_examples_in_step, num_digit_examples_in_step, position_ids,
+                                    loss_weights)
+        targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)
         ce_tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                                  ignore_index=IGNORE_INDEX, reduction="none")
         ce_w, n_ex = self._ce_weights(targets, position_ids)
-        ce_sum = (ce_tok if ce_w is None else ce_tok * ce_w).sum()
-        ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex)
-        return LossOutput(loss=ce, ce=ce.detach(), aux=torch.zeros((), device=ce.device))
+        ce_w = _times(ce_w, position_weights(loss_weights, labels.to(logits.device), labels_shifted))
+        ce_tok = ce_tok if ce_w is None else ce_tok * ce_w
+        ce_sum = ce_tok if self.reduction == "none" else ce_tok.sum()
+        return self._output(self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex), targets)
 
     def extra_repr(self) -> str:
         return f"ce_normalization={self.ce_normalization!r}"

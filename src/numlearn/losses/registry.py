@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .base import TokenLoss, check_aux_normalization, check_ce_normalization
+from .base import DigitLoss, TokenLoss, check_aux_normalization, check_ce_normalization, check_reduction
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
 from .numbers import NumberVocab, number_token_vocab
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
@@ -78,7 +78,9 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
     """Build the loss ``name`` for ``tokenizer`` (or a ``DigitVocab`` holding the digit ids).
 
     ``options`` are the loss's keyword arguments (alpha, form, place_weights, float_spans,
-    aux_normalization, ce_normalization, tau, beta, variant, eta). ``model`` is used only by ``emo`` (its output
+    aux_normalization, ce_normalization, tau, beta, variant, eta), and, for every loss, ``ignore_index``:
+    the label of untrained positions besides -100 (``F.cross_entropy``'s convention, e.g. -1); ``reduction``
+    (``"mean"``, ``"sum"``, ``"none"``: ``numlearn.losses.base.REDUCTIONS``; mle, ntl, dist2, del). ``model`` is used only by ``emo`` (its output
     embedding); without it the EMO loss is built unbound -- every option checked -- and
     ``loss.bind_model(model)`` must be called before the first step. Unknown names, unknown
     options and missing weights raise ValueError listing what is valid.
@@ -89,6 +91,13 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
     cls = LOSSES[key]
     import inspect
 
+    ignore_index = options.pop("ignore_index", None)
+    reduction = check_reduction(options.pop("reduction", None) or "mean")
+    if reduction != "mean" and not issubclass(cls, DigitLoss):
+        raise ValueError(f"loss {key!r} normalises its own token loss: reduction={reduction!r} is available for "
+                         "mle, ntl, dist2 and del")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+        raise ValueError(f"ignore_index must be an int (the label of untrained positions), got {ignore_index!r}")
     params = inspect.signature(cls.__init__).parameters
     valid = [p for p in params if p not in ("self", "vocab")]
     if "alpha" not in valid and "alpha" in options:
@@ -109,7 +118,7 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
                              "step's token mean)")
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"loss {key!r} got unknown option(s) {unknown}; valid options: {valid}")
+        raise ValueError(f"loss {key!r} got unknown option(s) {unknown}; valid options: {valid + ['ignore_index', 'reduction']}")
     required = [p for p in valid if params[p].default is inspect.Parameter.empty]
     missing = [p for p in required if options.get(p) is None]
     if missing:
@@ -125,6 +134,9 @@ def build_loss(name: str, tokenizer: Any, model: torch.nn.Module | None = None, 
     else:
         vocab = resolve_vocab(tokenizer)
     loss = cls(vocab, **options)
+    if ignore_index is not None:
+        loss.ignore_index = int(ignore_index)
+    loss.reduction = reduction
     if cls.needs_model_embeddings and model is not None and getattr(loss, "embedding", None) is None:
         loss.bind_model(model)
     return loss

@@ -51,18 +51,27 @@ def shift_targets(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
 
 
-def to_targets(labels: torch.Tensor, labels_shifted: bool = False) -> torch.Tensor:
+def to_targets(labels: torch.Tensor, labels_shifted: bool = False, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
     """The targets of ``labels`` under either convention: ``labels_shifted=False`` (Hugging Face's:
     ``labels[t]`` is the token at t, so position t is trained on ``labels[t+1]``) shifts them;
     ``labels_shifted=True`` (ntloss's, and collators that return ``shift_labels``: ``labels[t]`` is
-    already what position t predicts) takes them as they are."""
+    already what position t predicts) takes them as they are.
+
+    ``ignore_index``: the label of untrained positions, as in ``F.cross_entropy`` (e.g. -1, or the pad
+    id); its positions become IGNORE_INDEX (-100), which is always ignored. Any other negative label is
+    refused: it is no token id, and reading it as one gave a wrong loss silently."""
     if labels.dim() != 2:
         raise ValueError(f"expected labels [B, T], got {tuple(labels.shape)}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ValueError(f"ignore_index must be an int (F.cross_entropy's convention), got {ignore_index!r}")
+    if ignore_index != IGNORE_INDEX:
+        labels = labels.masked_fill(labels == ignore_index, IGNORE_INDEX)
     if not (torch.compiler.is_compiling() or labels.is_meta) and bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
         bad = sorted({int(x) for x in labels[(labels < 0) & (labels != IGNORE_INDEX)].unique()[:3]})
         raise ValueError(f"labels hold negative ids {bad}: numlearn ignores only {IGNORE_INDEX} (IGNORE_INDEX, "
-                         f"F.cross_entropy's default ignore_index); map your padding label first, e.g. "
-                         f"labels.masked_fill(labels == {bad[0]}, {IGNORE_INDEX})")
+                         f"F.cross_entropy's default ignore_index) and the loss's ignore_index ({ignore_index}); "
+                         f"build the loss with ignore_index={bad[0]} (build_loss(..., ignore_index={bad[0]})), or "
+                         f"map your padding label first, e.g. labels.masked_fill(labels == {bad[0]}, {IGNORE_INDEX})")
     return labels if labels_shifted else shift_targets(labels)
 
 
@@ -147,16 +156,18 @@ def number_spans(
     )
 
 
-def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted: bool = False) -> int:
+def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted: bool = False,
+                        ignore_index: int = IGNORE_INDEX) -> int:
     """Number of digit targets in ``[B, T]`` labels (unshifted unless ``labels_shifted``): pass the
     sum over a whole optimizer step as ``num_digits_in_batch`` to get step-normalised numeric terms
     in your own loop (``numlearn.losses.step_counts`` does both counts)."""
-    return int(vocab.digit_counts(to_targets(labels, labels_shifted)).sum())  # a NumberVocab: number tokens' digits
+    return int(vocab.digit_counts(to_targets(labels, labels_shifted, ignore_index)).sum())  # a NumberVocab: number tokens' digits
 
 
-def count_targets(labels: torch.Tensor, labels_shifted: bool = False) -> int:
-    """Number of trained positions (targets != -100) in ``[B, T]`` labels: CE's denominator."""
-    return int((to_targets(labels, labels_shifted) != IGNORE_INDEX).sum())
+def count_targets(labels: torch.Tensor, labels_shifted: bool = False, ignore_index: int = IGNORE_INDEX) -> int:
+    """Number of trained positions (targets neither -100 nor ``ignore_index``) in ``[B, T]`` labels: CE's
+    denominator."""
+    return int((to_targets(labels, labels_shifted, ignore_index) != IGNORE_INDEX).sum())
 
 
 def example_ids(targets: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -179,11 +190,11 @@ def example_ids(targets: torch.Tensor, position_ids: torch.Tensor | None = None)
 
 
 def count_examples(labels: torch.Tensor, vocab: DigitVocab | None = None, labels_shifted: bool = False,
-                   position_ids: torch.Tensor | None = None) -> tuple[int, int]:
+                   position_ids: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> tuple[int, int]:
     """(examples with a trained target, examples with a digit target) in ``[B, T]`` labels: the
     step's sums are the normalisers of ``ce_normalization="example_mean"`` and
     ``aux_normalization="example_mean"`` (``numlearn.losses.step_counts`` computes them)."""
-    targets = to_targets(labels, labels_shifted)
+    targets = to_targets(labels, labels_shifted, ignore_index)
     ex = example_ids(targets, position_ids)
     n_tok = int(torch.unique(ex[targets != IGNORE_INDEX]).numel())
     if vocab is None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .spans import count_digit_targets, count_examples, count_targets
+from .spans import IGNORE_INDEX, count_digit_targets, count_examples, count_targets
 
 if TYPE_CHECKING:
     from .base import TokenLoss
@@ -81,14 +81,15 @@ def step_counts(micro_batches: Iterable, loss_fn: TokenLoss | None = None, *, vo
     """
     if vocab is None and loss_fn is not None:
         vocab = getattr(loss_fn, "vocab", None)
+    ign = getattr(loss_fn, "ignore_index", IGNORE_INDEX)  # the loss's label of untrained positions besides -100
     micro_batches = list(micro_batches)
     batches = [_labels_of(b, labels_shifted) for b in micro_batches]
     if not batches:
         raise ValueError("step_counts: the step has no micro-batch")
     positions = [b.get("position_ids") if isinstance(b, Mapping) else None for b in micro_batches]
-    tokens = sum(count_targets(b, shifted) for b, shifted in batches)
-    digits = sum(count_digit_targets(b, vocab, shifted) for b, shifted in batches) if vocab is not None else 0
-    examples = [count_examples(b, vocab, shifted, pos) for (b, shifted), pos in zip(batches, positions)]
+    tokens = sum(count_targets(b, shifted, ign) for b, shifted in batches)
+    digits = sum(count_digit_targets(b, vocab, shifted, ign) for b, shifted in batches) if vocab is not None else 0
+    examples = [count_examples(b, vocab, shifted, pos, ign) for (b, shifted), pos in zip(batches, positions)]
     t = torch.tensor([tokens, digits, len(batches), sum(e[0] for e in examples), sum(e[1] for e in examples)],
                      dtype=torch.long, device=batches[0][0].device)
     dist = torch.distributed

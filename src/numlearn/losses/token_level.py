@@ -26,11 +26,16 @@ class _FullSoftmaxLoss(TokenLoss):
     has_linear_form = False
     needs_digit_vocab = False
 
+    def _refuse_weights(self, loss_weights) -> None:
+        if loss_weights is not None:
+            raise ValueError(f"loss {self.name!r} normalises its own token loss: loss_weights (and reduction) are "
+                             "available for mle, ntl, dist2 and del")
+
     def _prepare(self, logits, labels, labels_shifted=False):
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
-        targets = to_targets(labels.to(logits.device), labels_shifted).reshape(-1)
+        targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index).reshape(-1)
         valid = targets != IGNORE_INDEX
         rows = torch.nonzero(valid).squeeze(1)
         logits2d = logits.reshape(-1, logits.shape[-1])[rows].float()  # [n_valid, V]
@@ -39,7 +44,7 @@ class _FullSoftmaxLoss(TokenLoss):
     def _stats(self, logits, labels, labels_shifted=False):
         if self.vocab is None:
             return {}
-        targets = to_targets(labels.to(logits.device), labels_shifted)
+        targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)
         dt = number_spans(targets, self.vocab)
         ids = torch.tensor(self.vocab.digit_ids, device=logits.device)
         zd = logits.detach().reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()
@@ -81,7 +86,8 @@ class MixCELoss(_FullSoftmaxLoss):
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
                  labels_shifted: bool = False, num_examples_in_step: int | None = None,
                  num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None) -> LossOutput:
+                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+        self._refuse_weights(loss_weights)
         targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
@@ -142,7 +148,8 @@ class EMOLoss(_FullSoftmaxLoss):
                  num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
                  labels_shifted: bool = False, num_examples_in_step: int | None = None,
                  num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None) -> LossOutput:
+                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+        self._refuse_weights(loss_weights)
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
