@@ -41,7 +41,7 @@ test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark 
 	$(PY) -m pytest -q -m slow -p no:cacheprovider -s
 
 CORE_VENV ?= .venv-core
-test-core: ## The wheel in a bare venv: core (torch only), then numlearn[trl] with unpinned transformers (~3 min)
+test-core: ## The wheel in a bare venv: core (torch only), then numlearn[trl] at the newest and the oldest versions its ranges admit, with PEFT and Liger (~8 min)
 	$(ENV_TOOL) core --venv $(CORE_VENV)
 
 VLLM_VENV ?= .venv-vllm

@@ -6,10 +6,10 @@ average over processes, so a step-normalised loss is multiplied by ``backward_sc
                                   # two CPU processes over gloo (on GPUs: without ACCELERATE_USE_CPU)
 """
 
-from _tiny import TEXTS, batch, grads, model, tokenizer
 from accelerate import Accelerator
 
 from numlearn.losses import backward_scale, build_loss, step_counts
+from numlearn.testing import TEXTS, batch, grads, model, tokenizer
 
 acc = Accelerator(gradient_accumulation_steps=2)
 tok = tokenizer()

@@ -7,10 +7,10 @@ soft-cap their logits (Granite, Cohere, Gemma-2/3), pass ``logit_transform=logit
 """
 
 import torch
-from _tiny import TEXTS, batch, model, tokenizer
 
 from numlearn.integrations.hf import logit_transform
 from numlearn.losses import build_loss
+from numlearn.testing import TEXTS, batch, model, tokenizer
 
 tok = tokenizer()
 loss_fn = build_loss("del", tok, alpha=1.28)

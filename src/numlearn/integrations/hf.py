@@ -14,6 +14,7 @@ cannot see the step's digit count, so it refuses training steps larger than one 
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,35 @@ def logit_transform(model: torch.nn.Module) -> LogitTransform:
     return LogitTransform(scale=scale, softcap=float(cap) if cap else None)
 
 
+# Packages whose patch replaces a causal LM's forward with one that computes a fused linear cross-entropy
+# when given labels (and the full logits when not): Liger-Kernel (apply_liger_kernel_to_*), Unsloth.
+FUSED_CE_PATCHERS = ("liger_kernel", "unsloth", "unsloth_zoo")
+_PATCH_WARNED: set[str] = set()
+
+
+def fused_ce_patch(model: torch.nn.Module) -> str | None:
+    """The package that patched ``model``'s forward with its own fused cross-entropy (``FUSED_CE_PATCHERS``;
+    a class-level or instance-level patch, through a PEFT wrapper), else None."""
+    seen = set()
+    m = model
+    while m is not None and id(m) not in seen:
+        seen.add(id(m))
+        for fwd in (getattr(m, "forward", None), getattr(type(m), "forward", None)):
+            mod = getattr(getattr(fwd, "__func__", fwd), "__module__", "") or ""
+            top = mod.split(".")[0]
+            if top in FUSED_CE_PATCHERS:
+                return top
+        get_base = getattr(m, "get_base_model", None)
+        m = get_base() if callable(get_base) else None
+    return None
+
+
+def _warn_once_per(key: str, message: str) -> None:
+    if key not in _PATCH_WARNED:
+        _PATCH_WARNED.add(key)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
 class LossBridge:
     """``compute_loss_func(outputs, labels, num_items_in_batch)`` for any numlearn loss.
 
@@ -92,7 +122,16 @@ class LossBridge:
         self._checked = False
 
     def bind_model(self, model: torch.nn.Module) -> None:
-        if not self.fused_linear or self._head is not None:
+        if not self.fused_linear:
+            patcher = fused_ce_patch(model)
+            if patcher is not None:
+                _warn_once_per(patcher, f"{type(model).__name__}.forward is patched by {patcher} (its fused linear "
+                               "cross-entropy): numlearn computes the loss itself, so the model is called without "
+                               "labels and builds the full [B, T, V] logits -- the patch's memory saving is gone. Use "
+                               "fused_linear=True (train.fused_linear_loss=true): numlearn's chunked head loss, the "
+                               "same saving, with the numeric term; the patched forward serves it (logits_to_keep).")
+            return
+        if self._head is not None:
             return
         self._head = model.get_output_embeddings()
         if self._head is None or not hasattr(self._head, "weight"):
