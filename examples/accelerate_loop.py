@@ -23,7 +23,7 @@ counts = step_counts(micro, loss_fn, all_reduce=lambda t: acc.reduce(t, reductio
 for mb in micro:
     with acc.accumulate(m):
         out = loss_fn(m(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits, mb["labels"],
-                      **counts.as_kwargs())
+                      step=counts)
         acc.backward(out.loss * backward_scale(acc))
 
 ref = model(len(tok))

@@ -19,7 +19,7 @@ micro = [batch(tok, TEXTS[i : i + 2]) for i in range(0, len(TEXTS), 2)]
 counts = step_counts(micro, loss_fn)  # the step's trained tokens and digit targets
 for mb in micro:
     out = loss_fn(m(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits, mb["labels"],
-                  **counts.as_kwargs())
+                  step=counts)
     out.loss.backward()
     print(f"ce {float(out.ce):.4f}  aux {float(out.aux):.4f}  digit entropy {float(out.stats['digit_entropy']):.3f}")
 diff = float((grads(m) - grads(big)).abs().max())

@@ -63,7 +63,7 @@ def gradient_parts(model_dir: Path, run: Path, records: list[dict], max_length: 
         ce = aux = 0.0
         for b in batches:
             logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-            out = fn(logits, b["labels"], **counts.as_kwargs())
+            out = fn(logits, b["labels"], step=counts)
             out.loss.backward()
             ce, aux = ce + float(out.ce), aux + float(out.aux)
         g = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])

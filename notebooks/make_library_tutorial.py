@@ -76,7 +76,7 @@ md("""## With gradient accumulation
 
 Each micro-batch must be normalised by the whole step's counts, or the numeric term's weight changes
 with the accumulation factor. `step_counts` computes them (and all-reduces them across processes
-when given `all_reduce=`); `**counts.as_kwargs()` passes them. Four micro-batches of two then give
+when given `all_reduce=`); `step=counts` passes them. Four micro-batches of two then give
 the gradient of one batch of eight:""")
 code("""from numlearn.losses import step_counts
 micro = [batch(tok, TEXTS[i:i + 2]) for i in range(0, 8, 2)]
@@ -86,7 +86,7 @@ ref, acc = model(len(tok)), model(len(tok))
 loss_fn(ref(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits, inputs["labels"]).loss.backward()
 for mb in micro:
     loss_fn(acc(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits, mb["labels"],
-            **counts.as_kwargs()).loss.backward()
+            step=counts).loss.backward()
 diff = max((a.grad - r.grad).abs().max().item() for a, r in zip(acc.parameters(), ref.parameters()))
 print(f"max |grad(4 x 2) - grad(1 x 8)| = {diff:.1e}")""")
 md("""## In a trainer

@@ -147,7 +147,7 @@ def test_plain_loop_with_step_counts_equals_one_big_batch(char_tokenizer):
     assert counts.num_microbatches_in_step == 4
     for b in micro:
         out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-        fn(out.logits, b["labels"], **counts.as_kwargs()).loss.backward()
+        fn(out.logits, b["labels"], step=counts).loss.backward()
     torch.testing.assert_close(_grads(model), ref, rtol=1e-5, atol=1e-7)
     # the trap: per-micro-batch means summed over 4 micro-batches is a different gradient
     model.zero_grad()
@@ -169,7 +169,7 @@ def test_accelerate_loop_with_backward_scale_equals_one_big_batch(char_tokenizer
     for b in micro:
         with acc.accumulate(model):
             out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-            loss = fn(out.logits, b["labels"], **counts.as_kwargs()).loss
+            loss = fn(out.logits, b["labels"], step=counts).loss
             acc.backward(loss * backward_scale(acc))
     torch.testing.assert_close(_grads(model), ref, rtol=1e-5, atol=1e-7)
     assert backward_scale(acc) == 4.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from numlearn.losses import IGNORE_INDEX, DELLoss, DigitVocab, Dist2Loss, MLELoss, NTLLoss
+from numlearn.losses import IGNORE_INDEX, DELLoss, DigitVocab, Dist2Loss, MLELoss, NTLLoss, StepCounts
 from numlearn.losses.linear import chunked_linear_cross_entropy
 
 VOCAB = DigitVocab(tuple(range(10)), 10)  # digit k has id k, "." is 10
@@ -76,7 +76,7 @@ def _both(fn, hidden, weight, b, labels, chunk, **kw):
 def test_value_and_gradients_equal_the_logits_path(name, chunk):
     fn = LOSSES[name]()
     hidden, weight, b, labels = _batch(bias=(chunk == 7))
-    kw = {"num_items_in_batch": 61, "num_digits_in_batch": 40, "num_microbatches_in_step": 4}
+    kw = {"step": StepCounts(num_items_in_batch=61, num_digits_in_batch=40, num_microbatches_in_step=4)}
     (ra, gha, gwa, gba), (rb, ghb, gwb, gbb) = _both(fn, hidden, weight, b, labels, chunk, **kw)
     for x, y in ((ra.loss, rb.loss), (ra.ce, rb.ce), (ra.aux, rb.aux), (gha, ghb), (gwa, gwb)):
         torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)

@@ -16,6 +16,7 @@ from numlearn.losses import (
     Dist2Loss,
     MLELoss,
     NTLLoss,
+    StepCounts,
     TokenizerDigitError,
     build_loss,
     capabilities,
@@ -431,8 +432,7 @@ def _accumulate(fn, logits, labels, splits, step: bool):
     x = logits.detach().clone().requires_grad_()
     total = 0.0
     for idx in splits:
-        out = fn(x[idx], labels[idx], num_items_in_batch=n_items if step else None,
-                 num_digits_in_batch=n_digits if step else None)
+        out = fn(x[idx], labels[idx], StepCounts(n_items, n_digits) if step else None)
         out.loss.backward()
         total += out.loss.item()
     return total, x.grad
@@ -472,7 +472,7 @@ def _del_official_microbatch_mean(logits, labels, alpha):
 
 def _run_step(fn, logits, labels, splits, **kw):
     """What the Trainer does in one optimizer step: sum the micro-batch losses."""
-    return sum(fn(logits[i], labels[i], **kw).aux.item() for i in splits)
+    return sum(fn(logits[i], labels[i], step=StepCounts(**kw)).aux.item() for i in splits)
 
 
 def test_microbatch_sum_reproduces_official_qwen_deepseek_harness(char_tokenizer):
@@ -509,7 +509,7 @@ def test_step_weight_means_the_same_objective_for_any_split(char_tokenizer):
     nd = count_digit_targets(labels, VOCAB)
     step = build_loss("del", char_tokenizer, alpha=0.5)
     assert step.aux_normalization == "step"
-    one = step(logits, labels, num_digits_in_batch=nd).aux.item()
+    one = step(logits, labels, StepCounts(num_digits_in_batch=nd)).aux.item()
     four = _run_step(step, logits, labels, [slice(i, i + 1) for i in range(4)], num_digits_in_batch=nd)
     assert four == pytest.approx(one, rel=1e-5)
     oq = build_loss("del", char_tokenizer, alpha=0.5, aux_normalization="microbatch_sum")
@@ -626,11 +626,42 @@ def test_num_items_without_num_digits_warns_once():
     logits, labels = torch.randn(1, 6, 16), torch.tensor([[-100, 3, 4, 10, 5, 11]])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        fn(logits, labels, num_items_in_batch=4)
-        fn(logits, labels, num_items_in_batch=4)
-        fn(logits, labels, num_items_in_batch=4, num_digits_in_batch=3)
+        fn(logits, labels, StepCounts(num_items_in_batch=4))
+        fn(logits, labels, StepCounts(num_items_in_batch=4))
+        fn(logits, labels, StepCounts(num_items_in_batch=4, num_digits_in_batch=3))
     msgs = [str(w.message) for w in seen if "num_digits_in_batch" in str(w.message)]
     assert len(msgs) == 1 and "step_counts" in msgs[0]
+
+
+@pytest.mark.parametrize("name", ["mle", "del", "mixce"])
+def test_the_old_keyword_counts_are_a_deprecated_alias_of_step(name):
+    """Issue 43: one call, ``loss_fn(logits, labels, step=StepCounts, labels_shifted=False)``. The five counts as
+    keywords (and a bare count in step's place, the old positional num_items_in_batch) give the same loss and warn
+    once (FutureWarning) naming step=; mixing both forms, an unknown keyword or a count where labels_shifted goes
+    are refused."""
+    import warnings
+
+    from numlearn.losses import base
+
+    fn = build_loss(name, DigitVocab(digit_ids=tuple(range(10)), dot_id=10), **({"alpha": 0.5} if name == "del" else {}))
+    logits, labels = torch.randn(2, 6, 16), torch.tensor([[-100, 3, 4, 10, 5, 11], [-100, 7, 7, 12, 1, 2]])
+    new = fn(logits, labels, step=StepCounts(num_items_in_batch=20, num_digits_in_batch=12)).loss
+    base._WARNED.discard("step keywords")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        old = fn(logits, labels, num_items_in_batch=20, num_digits_in_batch=12).loss
+        fn(logits, labels, num_items_in_batch=20, num_digits_in_batch=12)
+        positional = fn(logits, labels, 20).loss
+    dep = [w for w in seen if issubclass(w.category, FutureWarning)]
+    assert len(dep) == 1 and "step=StepCounts(...)" in str(dep[0].message)
+    assert torch.equal(old, new)
+    assert torch.equal(positional, fn(logits, labels, StepCounts(num_items_in_batch=20)).loss)
+    with pytest.raises(TypeError, match="not both"):
+        fn(logits, labels, StepCounts(num_items_in_batch=20), num_digits_in_batch=12)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['num_tokens'\]"):
+        fn(logits, labels, num_tokens=20)
+    with pytest.raises(TypeError, match="labels_shifted must be a bool"):
+        fn(logits, labels, 20, 12)
 
 
 def test_emo_moves_its_cost_matrix_to_the_logits_device_once():

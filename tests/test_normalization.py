@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from numlearn.losses import (
     IGNORE_INDEX,
     DigitVocab,
+    StepCounts,
     build_loss,
     count_examples,
     example_ids,
@@ -161,7 +162,7 @@ def _oq_reference(logits, labels, alpha_raw):
     example's digit mean, summed over the GA x W micro-batches."""
     n_tok = int((labels[:, 1:] != IGNORE_INDEX).sum())
     fn = build_loss("del", VOCAB, alpha=alpha_raw, aux_normalization="microbatch_sum")
-    parts = [fn(logits[i : i + 1], labels[i : i + 1], num_items_in_batch=n_tok).loss for i in range(labels.shape[0])]
+    parts = [fn(logits[i : i + 1], labels[i : i + 1], step=StepCounts(num_items_in_batch=n_tok)).loss for i in range(labels.shape[0])]
     return torch.stack(parts).sum()
 
 
@@ -186,7 +187,7 @@ def test_every_split_of_the_step_gives_the_official_batch_1_gradient(harness, sp
     counts = step_counts(micro, fn)
     assert (counts.num_examples_in_step, counts.num_digit_examples_in_step) == (4, 4)
     for i, lab in zip(range(0, 4, size), micro):
-        fn(logits[i : i + size], lab, **counts.as_kwargs()).loss.backward()
+        fn(logits[i : i + size], lab, step=counts).loss.backward()
     torch.testing.assert_close(logits.grad, ref_logits.grad, rtol=1e-5, atol=1e-7)
 
 

@@ -55,10 +55,10 @@ def _reference(fn, hidden, W, labels, weights, reduction):
 
 def _step(fn, hidden, W, labels, weights, fused):
     """The losses of the step's two micro-batches (rows 0-1 and 2-3) with the step's counts, summed."""
-    counts = step_counts([labels[:2], labels[2:]], fn).as_kwargs()
+    counts = step_counts([labels[:2], labels[2:]], fn)
     total = 0.0
     for sl in (slice(0, 2), slice(2, 4)):
-        kw = dict(counts, loss_weights=weights[sl])
+        kw = dict(step=counts, loss_weights=weights[sl])
         out = fn.from_hidden(hidden[sl], W, labels[sl], **kw) if fused else fn(hidden[sl] @ W.T, labels[sl], **kw)
         total = total + out.loss.sum()
     return total

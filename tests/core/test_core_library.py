@@ -71,7 +71,7 @@ def test_plain_loop_accumulation_matches_one_batch():
     micro = [labels[:1], labels[1:]]  # uneven micro-batches: 1 and 3 rows
     counts = step_counts(micro, loss_fn)
     for lab, xs in zip(micro, (x[:1], x[1:])):
-        (loss_fn(head(xs), lab, **counts.as_kwargs()).loss * backward_scale()).backward()
+        (loss_fn(head(xs), lab, step=counts).loss * backward_scale()).backward()
     torch.testing.assert_close(head.weight.grad, ref, rtol=1e-5, atol=1e-7)
 
 

@@ -30,6 +30,7 @@ from numlearn.losses import (
     DigitVocab,
     LogitTransform,
     LossOutput,
+    StepCounts,
     TokenLoss,
     count_digit_targets,
     count_targets,
@@ -170,17 +171,14 @@ class LossBridge:
                              "numlearn does not reproduce. Set train.fused_linear_loss=false (the logits path).")
 
     def counts(self, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None,
-               labels_shifted: bool = False) -> dict[str, Any]:
+               labels_shifted: bool = False) -> StepCounts:
         """The normalisers of this call: the step's (inside a managed training step), this batch's
         (evaluation), or -- used alone as ``compute_loss_func`` -- this batch's when it is the whole
         step, else refused."""
         if self.managed:
             if self.in_training_step:
-                return {"num_items_in_batch": self.step_tokens, "num_digits_in_batch": self.step_digits,
-                        "num_microbatches_in_step": self.microbatches_in_step,
-                        "num_examples_in_step": self.step_examples[0],
-                        "num_digit_examples_in_step": self.step_examples[1]}
-            return {"num_items_in_batch": None, "num_digits_in_batch": None, "num_microbatches_in_step": 1}
+                return StepCounts(self.step_tokens, self.step_digits, self.microbatches_in_step, *self.step_examples)
+            return StepCounts(num_microbatches_in_step=1)
         fn = self.loss_fn
         needs_step = (getattr(fn, "has_numeric_term", False) and getattr(fn, "aux_normalization", "step") !=
                       "microbatch_sum") or getattr(fn, "ce_normalization", "token") != "token"
@@ -196,14 +194,12 @@ class LossBridge:
         vocab = getattr(fn, "vocab", None)
         digits = count_digit_targets(labels, vocab, labels_shifted, getattr(fn, "ignore_index", -100)) \
             if num_items_in_batch is not None and isinstance(vocab, DigitVocab) else None
-        return {"num_items_in_batch": num_items_in_batch, "num_digits_in_batch": digits,
-                "num_microbatches_in_step": 1}
+        return StepCounts(num_items_in_batch, digits, 1)
 
     def compute(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
                 labels_shifted: bool = False, position_ids: torch.Tensor | None = None) -> LossOutput:
-        kw = self.counts(labels, num_items_in_batch, labels_shifted)
-        if position_ids is not None:
-            kw["position_ids"] = position_ids  # packed / padding-free rows: an example is a sequence
+        # packed / padding-free rows (position_ids): an example is a sequence
+        kw = {"step": self.counts(labels, num_items_in_batch, labels_shifted), "position_ids": position_ids}
         if self.fused_linear:
             if self._hidden is None:
                 raise RuntimeError("fused linear loss: no hidden states captured (LossBridge.bind_model not called?)")

@@ -2,7 +2,7 @@
 
     from numlearn.losses import build_loss
     loss_fn = build_loss("del", tokenizer, alpha=1.28)      # alpha: weight on the step scale
-    out = loss_fn(logits, labels, num_items_in_batch=None)   # logits [B, T, V], labels [B, T] unshifted
+    out = loss_fn(logits, labels, step=None)   # logits [B, T, V], labels [B, T] unshifted; step: StepCounts
     # (labels_shifted=True for labels that already hold each position's target)
     out.loss.backward(); out.ce, out.aux, out.stats
 

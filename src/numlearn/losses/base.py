@@ -14,6 +14,7 @@ import torch
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
 from .spans import IGNORE_INDEX, DigitTargets, example_ids, number_spans, per_example_weights, to_targets
+from .steps import STEP_FIELDS, StepCounts
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
 AUX_NORMALIZATIONS = {
@@ -118,16 +119,50 @@ class LossOutput:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """What one call knows of its batch, for ``DigitLoss._combine``: the shifted targets ``[B, T]``, the
+    packed rows' ``position_ids``, its examples with a trained target, the per-position ``loss_weights``."""
+
+    targets: torch.Tensor
+    position_ids: torch.Tensor | None
+    n_examples: int
+    lw: torch.Tensor | None
+
+
 _WARNED: set[str] = set()
 
 
-def _warn_once(key: str, message: str) -> None:
-    """A ``UserWarning`` the first time ``key`` happens in this process."""
+def _warn_once(key: str, message: str, category: type[Warning] = UserWarning) -> None:
+    """A warning (``UserWarning`` unless told) the first time ``key`` happens in this process."""
     if key not in _WARNED:
         import warnings
 
         _WARNED.add(key)
-        warnings.warn(message, UserWarning, stacklevel=4)
+        warnings.warn(message, category, stacklevel=4)
+
+
+def step_of(step: StepCounts | int | torch.Tensor | None, legacy: dict, labels_shifted, where: str) -> StepCounts:
+    """The call's ``StepCounts`` from ``step`` and the deprecated keyword forms (``num_items_in_batch=``, ...;
+    a bare count in ``step``'s place is the old positional ``num_items_in_batch``), with a one-time
+    ``FutureWarning`` for the old forms. None -> ``StepCounts()``: every normaliser is this batch's."""
+    if not isinstance(labels_shifted, bool):
+        raise TypeError(f"{where}: labels_shifted must be a bool, got {labels_shifted!r} (the step's counts go in "
+                        "step=StepCounts(...), built by numlearn.losses.step_counts)")
+    if step is not None and not isinstance(step, StepCounts):
+        legacy = {"num_items_in_batch": step, **legacy}
+        step = None
+    if not legacy:
+        return step if step is not None else StepCounts()
+    unknown = sorted(set(legacy) - set(STEP_FIELDS))
+    if unknown:
+        raise TypeError(f"{where} got unexpected keyword argument(s) {unknown}")
+    if step is not None:
+        raise TypeError(f"{where}: pass the counts as step=StepCounts(...) or as the deprecated keywords, not both")
+    _warn_once("step keywords", f"{where}: the counts as keywords ({', '.join(sorted(legacy))}) are deprecated and "
+               "go in the next release: pass step=StepCounts(...) (numlearn.losses.step_counts builds it)",
+               FutureWarning)
+    return StepCounts(**legacy)
 
 
 def _as_float(x) -> float | None:
@@ -181,22 +216,18 @@ class _CrossEntropyWithDigitLogits(torch.autograd.Function):
 
 
 class TokenLoss:
-    """Base of every loss: ``loss_fn(logits, labels, num_items_in_batch=None,
-    num_digits_in_batch=None) -> LossOutput``.
+    """Base of every loss: ``loss_fn(logits, labels, step=None, labels_shifted=False) -> LossOutput``.
 
     logits: ``[B, T, V]`` straight from a causal LM (any float dtype).
     labels: ``[B, T]``, IGNORE_INDEX (-100) or the loss's ``ignore_index`` where not trained. Unshifted (Hugging Face's convention:
         the model's input ids, masked) and shifted here; ``labels_shifted=True`` for labels that
         already hold each position's target (ntloss's convention, collators' ``shift_labels``).
-    num_items_in_batch: response tokens in the whole optimizer step (what the HF Trainer passes);
-        None -> CE is the mean over this batch's response tokens.
-    num_digits_in_batch: digit targets in the whole optimizer step, summed over processes; used by
-        ``aux_normalization="step"`` (see ``count_digit_targets``).
-    num_microbatches_in_step: accumulation steps x processes; used by
-        ``aux_normalization="microbatch_mean"``. None -> 1.
-    num_examples_in_step / num_digit_examples_in_step: examples with a trained target / with a digit
-        target in the whole step (``count_examples``); used by ``ce_normalization="example_mean"`` /
-        ``aux_normalization="example_mean"``. None -> this batch's.
+    step: the whole optimizer step's counts (``StepCounts``, from ``step_counts(micro_batches, loss_fn)``):
+        ``num_items_in_batch`` trained tokens (what the HF Trainer passes; CE's normaliser),
+        ``num_digits_in_batch`` digit targets (``aux_normalization="step"``), ``num_microbatches_in_step``
+        GA x processes (``"microbatch_mean"``), ``num_examples_in_step`` / ``num_digit_examples_in_step``
+        examples with a trained / digit target (the ``example_mean`` normalisations). None, or a field left
+        None -> this batch's. The five as keywords (``num_items_in_batch=...``) still work, deprecated.
     position_ids: ``[B, T]``, 0 at each sequence's first token, for packed or padding-free rows: an
         example is then a sequence, not a row (``example_ids``). None -> each row is one example.
     loss_weights: ``[B, T]`` per-position weights >= 0, aligned with ``labels`` (the weight of a label is
@@ -215,11 +246,9 @@ class TokenLoss:
     def __init__(self, vocab: DigitVocab | None) -> None:
         self.vocab = vocab
 
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
-                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
-                 num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
+                 labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
+                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
         raise NotImplementedError
 
     #: the loss has a numeric term whose normalisation needs the step's digit count
@@ -253,14 +282,14 @@ class TokenLoss:
         full[idx] = w
         return full, n
 
-    def _ce(self, ce_sum, targets, num_items_in_batch, num_examples_in_step, n_local) -> torch.Tensor:
+    def _ce(self, ce_sum, targets, step: StepCounts, n_local) -> torch.Tensor:
         """CE (a sum, or ``[M]`` per position) over its normaliser: the step's tokens or examples; 1 for
         ``reduction="sum"``."""
         if self.reduction == "sum":
             return ce_sum
         if self.ce_normalization == "token":
-            return ce_sum / self._ce_denominator(targets, num_items_in_batch)
-        n = _as_float(num_examples_in_step)
+            return ce_sum / self._ce_denominator(targets, step.num_items_in_batch)
+        n = _as_float(step.num_examples_in_step)
         return ce_sum / max(n if n is not None else float(n_local), 1.0)
 
     def _output(self, ce: torch.Tensor, targets: torch.Tensor, aux_rows: torch.Tensor | None = None,
@@ -326,11 +355,10 @@ class DigitLoss(TokenLoss):
     def has_numeric_term(self) -> bool:  # noqa: D102
         return self.alpha > 0
 
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
-                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
-                 num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
+                 labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
+                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
+        step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()")
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
@@ -355,20 +383,15 @@ class DigitLoss(TokenLoss):
                 logits.reshape(-1, V), flat_t, pos, self.vocab.ids_tensor(logits.device), ce_w, none
             )
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
-            return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                                 num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv), lw=lw)
-        return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                             num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                             position_ids, n_ex, lw=lw)
+            return self._combine(ce_sum, zd, dt, step, _Batch(targets, position_ids, n_ex, lw),
+                                 number_view=(zn, flat_t[pos], inv))
+        return self._combine(ce_sum, zd, dt, step, _Batch(targets, position_ids, n_ex, lw))
 
     def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
-                    lm_head_bias: torch.Tensor | None = None, num_items_in_batch: int | torch.Tensor | None = None,
-                    num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                    chunk_size: int = DEFAULT_CHUNK, logit_transform: LogitTransform | None = None,
-                    labels_shifted: bool = False, num_examples_in_step: int | None = None,
-                    num_digit_examples_in_step: int | None = None,
-                    position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+                    lm_head_bias: torch.Tensor | None = None, step: StepCounts | None = None,
+                    labels_shifted: bool = False, *, chunk_size: int = DEFAULT_CHUNK,
+                    logit_transform: LogitTransform | None = None, position_ids: torch.Tensor | None = None,
+                    loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
         """The same loss as ``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels,
         ...)``, in value and in gradient (w.r.t. ``hidden``, the weight and the bias), without
         materialising the ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a
@@ -383,6 +406,7 @@ class DigitLoss(TokenLoss):
             ``numlearn.integrations.hf.logit_transform(model)`` reads it off a Hugging Face model.
             None: the logits are ``hidden @ W.T + b``.
         """
+        step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}.from_hidden()")
         if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
             raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
                              f"and {tuple(labels.shape)}")
@@ -405,8 +429,7 @@ class DigitLoss(TokenLoss):
             none = torch.zeros(0, dtype=torch.long, device=hidden.device)
             ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
                                                    chunk_size, logit_transform, ce_w, per_row)
-            ce = self._ce(spread(ce_sum), targets, num_items_in_batch, num_examples_in_step, n_ex)
-            return self._output(ce, targets)
+            return self._output(self._ce(spread(ce_sum), targets, step, n_ex), targets)
         if isinstance(self.vocab, DigitVocab):
             dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
             ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
@@ -423,12 +446,9 @@ class DigitLoss(TokenLoss):
                                                     self.vocab.ids_tensor(hidden.device), chunk_size,
                                                     logit_transform, ce_w, per_row)
             zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
-            return self._combine(spread(ce_sum), zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                                 num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                                 position_ids, n_ex, number_view=(zn, flat_t[pos], inv), lw=lw)
-        return self._combine(ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                             num_microbatches_in_step, num_examples_in_step, num_digit_examples_in_step,
-                             position_ids, n_ex, lw=lw)
+            return self._combine(spread(ce_sum), zd, dt, step, _Batch(targets, position_ids, n_ex, lw),
+                                 number_view=(zn, flat_t[pos], inv))
+        return self._combine(ce_sum, zd, dt, step, _Batch(targets, position_ids, n_ex, lw))
 
     #: the numeric term is on number tokens (``number_term``), not on digits (``digit_term``); with
     #: single-digit tokens the two are the same thing
@@ -439,33 +459,32 @@ class DigitLoss(TokenLoss):
         columns of ``vocab.ids``, in that order); ``target_ids``: the target token ids ``[P]``."""
         raise NotImplementedError
 
-    def _combine(self, ce_sum, zd, dt, targets, num_items_in_batch, num_digits_in_batch,
-                 num_microbatches_in_step, num_examples_in_step=None, num_digit_examples_in_step=None,
-                 position_ids=None, n_examples=0, number_view=None, lw=None) -> LossOutput:
+    def _combine(self, ce_sum, zd, dt, step: StepCounts, batch: _Batch, number_view=None) -> LossOutput:
         """CE mean (see ``ce_normalization``) and the normalised numeric term (see
         ``aux_normalization``) -> LossOutput. ``number_view``: (number-column logits ``[P, n]``,
         target ids ``[P]``, each digit target's token ``[N]``) of a number-token vocabulary, for a term
         on number tokens: a token's term is counted at each of its digits, so every normalisation
-        stays a per-digit one. ``lw``: ``[M]`` per-position ``loss_weights`` (already in ``ce_sum``), applied
-        to each digit's term here; the normalisers stay counts, not sums of weights."""
-        ce = self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_examples)
+        stays a per-digit one. ``batch.lw``: ``[M]`` per-position ``loss_weights`` (already in ``ce_sum``),
+        applied to each digit's term here; the normalisers stay counts, not sums of weights."""
+        targets, lw = batch.targets, batch.lw
+        ce = self._ce(ce_sum, targets, step, batch.n_examples)
 
         denom = max(float(dt.count), 1.0)
         per_digit = None  # example_mean: 1 / (digit targets of the digit's example)
-        if (self.aux_normalization == "step" and num_digits_in_batch is None and num_items_in_batch is not None
-                and self.alpha > 0):
+        if (self.aux_normalization == "step" and step.num_digits_in_batch is None
+                and step.num_items_in_batch is not None and self.alpha > 0):
             _warn_once("num_items_in_batch without num_digits_in_batch",
-                       f"{type(self).__name__}: num_items_in_batch was passed without num_digits_in_batch, so the "
-                       "numeric term is normalised by this micro-batch's digits, not the step's (under gradient "
-                       "accumulation the step's objective differs); pass both, e.g. "
-                       "**numlearn.losses.step_counts(micro_batches, loss_fn).as_kwargs()")
-        if self.aux_normalization == "step" and num_digits_in_batch is not None:
-            denom = max(_as_float(num_digits_in_batch), 1.0)
+                       f"{type(self).__name__}: the step's token count (num_items_in_batch) came without its digit count "
+                       "(num_digits_in_batch), so the numeric term is normalised by this micro-batch's digits, not the "
+                       "step's (under gradient accumulation the step's objective differs); pass both: "
+                       "step=numlearn.losses.step_counts(micro_batches, loss_fn)")
+        if self.aux_normalization == "step" and step.num_digits_in_batch is not None:
+            denom = max(_as_float(step.num_digits_in_batch), 1.0)
         elif self.aux_normalization == "microbatch_mean":
-            denom *= max(int(num_microbatches_in_step or 1), 1)
+            denom *= max(int(step.num_microbatches_in_step or 1), 1)
         elif self.aux_normalization == "example_mean":
-            per_digit, n_local = per_example_weights(example_ids(targets, position_ids).reshape(-1)[dt.rows])
-            n = _as_float(num_digit_examples_in_step)
+            per_digit, n_local = per_example_weights(example_ids(targets, batch.position_ids).reshape(-1)[dt.rows])
+            n = _as_float(step.num_digit_examples_in_step)
             denom = max(n if n is not None else float(n_local), 1.0)
         if self.reduction == "sum":
             denom = 1.0

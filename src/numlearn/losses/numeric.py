@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import DigitLoss, LossOutput, _times, position_weights
+from .base import DigitLoss, LossOutput, _times, position_weights, step_of
 from .digits import DigitVocab
 from .spans import IGNORE_INDEX, DigitTargets, to_targets
+from .steps import StepCounts
 
 PLACE_WEIGHTS = ("official", "none")
 DEL_FORMS = ("code", "paper", "binary_entropy", "digit_ce")
@@ -30,15 +31,13 @@ class MLELoss(DigitLoss):
                  ce_normalization: str = "token") -> None:
         super().__init__(vocab, alpha=0.0, aux_normalization=aux_normalization, ce_normalization=ce_normalization)
 
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
-                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
-                 num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
+                 labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
+                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
         if self.vocab is not None:
-            return super().__call__(logits, labels, num_items_in_batch, num_digits_in_batch, num_microbatches_in_step,
-                                    labels_shifted, num_examples_in_step, num_digit_examples_in_step, position_ids,
-                                    loss_weights)
+            return super().__call__(logits, labels, step, labels_shifted, position_ids=position_ids,
+                                    loss_weights=loss_weights, **deprecated_counts)
+        step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()")
         targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)
         ce_tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                                  ignore_index=IGNORE_INDEX, reduction="none")
@@ -46,7 +45,7 @@ class MLELoss(DigitLoss):
         ce_w = _times(ce_w, position_weights(loss_weights, labels.to(logits.device), labels_shifted))
         ce_tok = ce_tok if ce_w is None else ce_tok * ce_w
         ce_sum = ce_tok if self.reduction == "none" else ce_tok.sum()
-        return self._output(self._ce(ce_sum, targets, num_items_in_batch, num_examples_in_step, n_ex), targets)
+        return self._output(self._ce(ce_sum, targets, step, n_ex), targets)
 
     def extra_repr(self) -> str:
         return f"ce_normalization={self.ce_normalization!r}"

@@ -17,7 +17,7 @@ backward's scaling, which depends on the loop (``backward_scale``):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -31,24 +31,26 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class StepCounts:
-    """Counts of one optimizer step, over all its micro-batches and processes; pass ``as_kwargs()``
-    to every micro-batch's loss call (with the micro-batch's ``position_ids`` for packed rows).
+    """Counts of one optimizer step, over all its micro-batches and processes: pass it to every micro-batch's
+    loss call, ``loss_fn(logits, labels, step=counts)`` (with the micro-batch's ``position_ids`` for packed rows).
 
     num_items_in_batch: trained tokens; num_digits_in_batch: digit targets; num_microbatches_in_step:
     GA x processes; num_examples_in_step / num_digit_examples_in_step: examples (sequences) with a
-    trained target / with a digit target (the ``example_mean`` normalisations)."""
+    trained target / with a digit target (the ``example_mean`` normalisations). A field left None is the
+    called batch's own count (``StepCounts()``: the batch is the step)."""
 
-    num_items_in_batch: int
-    num_digits_in_batch: int
-    num_microbatches_in_step: int
-    num_examples_in_step: int = 0
-    num_digit_examples_in_step: int = 0
+    num_items_in_batch: int | torch.Tensor | None = None
+    num_digits_in_batch: int | None = None
+    num_microbatches_in_step: int | None = None
+    num_examples_in_step: int | None = None
+    num_digit_examples_in_step: int | None = None
 
-    def as_kwargs(self) -> dict[str, int]:
-        return {"num_items_in_batch": self.num_items_in_batch, "num_digits_in_batch": self.num_digits_in_batch,
-                "num_microbatches_in_step": self.num_microbatches_in_step,
-                "num_examples_in_step": self.num_examples_in_step,
-                "num_digit_examples_in_step": self.num_digit_examples_in_step}
+    def as_kwargs(self) -> dict[str, int | None]:
+        """The five counts as keywords (the deprecated call form; pass ``step=self`` instead)."""
+        return {f: getattr(self, f) for f in STEP_FIELDS}
+
+
+STEP_FIELDS = tuple(f.name for f in fields(StepCounts))
 
 
 def _labels_of(batch, labels_shifted: bool) -> tuple[torch.Tensor, bool]:

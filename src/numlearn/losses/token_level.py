@@ -15,9 +15,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LossOutput, TokenLoss, _digit_stats
+from .base import LossOutput, TokenLoss, _digit_stats, step_of
 from .digits import DigitVocab
 from .spans import IGNORE_INDEX, number_spans, to_targets
+from .steps import StepCounts
 
 
 class _FullSoftmaxLoss(TokenLoss):
@@ -82,12 +83,12 @@ class MixCELoss(_FullSoftmaxLoss):
     def _mix(self, ce):
         return self.eta * ce + (1.0 - self.eta) * torch.exp(-ce).detach() * ce
 
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
-                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
-                 num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
+                 labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
+                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
         self._refuse_weights(loss_weights)
+        num_items_in_batch = step_of(step, deprecated_counts, labels_shifted,
+                                     f"{type(self).__name__}()").num_items_in_batch
         targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
@@ -144,12 +145,12 @@ class EMOLoss(_FullSoftmaxLoss):
         """Take the cost from ``model``'s output embedding as it is now (call before training)."""
         return self.bind_embeddings(model.get_output_embeddings().weight)
 
-    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,
-                 num_digits_in_batch: int | None = None, num_microbatches_in_step: int | None = None,
-                 labels_shifted: bool = False, num_examples_in_step: int | None = None,
-                 num_digit_examples_in_step: int | None = None,
-                 position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> LossOutput:
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
+                 labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
+                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
         self._refuse_weights(loss_weights)
+        num_items_in_batch = step_of(step, deprecated_counts, labels_shifted,
+                                     f"{type(self).__name__}()").num_items_in_batch
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
