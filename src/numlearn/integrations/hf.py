@@ -27,7 +27,6 @@ except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("numlearn.integrations.hf needs transformers and accelerate: pip install 'numlearn[hf]'") from e
 
 from numlearn.losses import (
-    DigitVocab,
     LogitTransform,
     LossOutput,
     StepCounts,
@@ -193,7 +192,7 @@ class LossBridge:
         # the step is this micro-batch (checked above when it matters): its digit count is the step's
         vocab = getattr(fn, "vocab", None)
         digits = count_digit_targets(labels, vocab, labels_shifted, getattr(fn, "ignore_index", -100)) \
-            if num_items_in_batch is not None and isinstance(vocab, DigitVocab) else None
+            if num_items_in_batch is not None and vocab is not None else None
         return StepCounts(num_items_in_batch, digits, 1)
 
     def compute(self, outputs: Any, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None,

@@ -13,7 +13,8 @@ import torch
 
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
-from .spans import IGNORE_INDEX, DigitTargets, example_ids, number_spans, per_example_weights, to_targets
+from .numbers import NumberVocab
+from .spans import IGNORE_INDEX, DigitTargets, example_ids, per_example_weights, to_targets
 from .steps import STEP_FIELDS, StepCounts
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
@@ -337,12 +338,6 @@ class DigitLoss(TokenLoss):
         self.alpha = float(alpha)
         self.aux_normalization = aux_normalization
         self.float_spans = bool(float_spans)
-        self._digit_ids_cache: dict[torch.device, torch.Tensor] = {}
-
-    def _digit_ids(self, device) -> torch.Tensor:
-        if device not in self._digit_ids_cache:
-            self._digit_ids_cache[device] = torch.tensor(self.vocab.digit_ids, device=device)
-        return self._digit_ids_cache[device]
 
     def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
         raise NotImplementedError
@@ -368,24 +363,10 @@ class DigitLoss(TokenLoss):
         ce_w, n_ex = self._ce_weights(targets, position_ids)
         lw = position_weights(loss_weights, labels.to(logits.device), labels_shifted)
         ce_w, none = _times(ce_w, lw), self.reduction == "none"
-        if isinstance(self.vocab, DigitVocab):
-            dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
-            ce_sum, zd = _CrossEntropyWithDigitLogits.apply(
-                logits.reshape(-1, V), flat_t, dt.rows, self._digit_ids(logits.device), ce_w, none
-            )
-        else:  # number tokens of 1..K digits (numlearn.losses.numbers): the same kernel on their columns
-            from .numbers import number_digit_logits, number_targets
-
-            nt = number_targets(targets, self.vocab, V, float_spans=self.float_spans)
-            dt = nt.digits
-            pos, inv = torch.unique_consecutive(dt.rows, return_inverse=True)
-            ce_sum, zn = _CrossEntropyWithDigitLogits.apply(
-                logits.reshape(-1, V), flat_t, pos, self.vocab.ids_tensor(logits.device), ce_w, none
-            )
-            zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
-            return self._combine(ce_sum, zd, dt, step, _Batch(targets, position_ids, n_ex, lw),
-                                 number_view=(zn, flat_t[pos], inv))
-        return self._combine(ce_sum, zd, dt, step, _Batch(targets, position_ids, n_ex, lw))
+        g = self.vocab.gather(targets, V, self.float_spans)  # DigitVocab or NumberVocab: one protocol
+        ce_sum, z = _CrossEntropyWithDigitLogits.apply(logits.reshape(-1, V), flat_t, g.rows, g.cols, ce_w, none)
+        zd, number_view = g.finish(z, flat_t)
+        return self._combine(ce_sum, zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
 
     def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
                     lm_head_bias: torch.Tensor | None = None, step: StepCounts | None = None,
@@ -430,25 +411,12 @@ class DigitLoss(TokenLoss):
             ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
                                                    chunk_size, logit_transform, ce_w, per_row)
             return self._output(self._ce(spread(ce_sum), targets, step, n_ex), targets)
-        if isinstance(self.vocab, DigitVocab):
-            dt = number_spans(targets, self.vocab, float_spans=self.float_spans)
-            ce_sum, zd = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], dt.rows,
-                                                    self._digit_ids(hidden.device), chunk_size, logit_transform, ce_w,
-                                                    per_row)
-            ce_sum = spread(ce_sum)
-        else:  # number tokens: only their <= 1,110 columns, h @ W[number ids].T, never the full logits
-            from .numbers import number_digit_logits, number_targets
-
-            nt = number_targets(targets, self.vocab, lm_head_weight.shape[0], float_spans=self.float_spans)
-            dt = nt.digits
-            pos, inv = torch.unique_consecutive(dt.rows, return_inverse=True)
-            ce_sum, zn = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], pos,
-                                                    self.vocab.ids_tensor(hidden.device), chunk_size,
-                                                    logit_transform, ce_w, per_row)
-            zd = number_digit_logits(zn, nt, self.vocab, row_index=inv)
-            return self._combine(spread(ce_sum), zd, dt, step, _Batch(targets, position_ids, n_ex, lw),
-                                 number_view=(zn, flat_t[pos], inv))
-        return self._combine(ce_sum, zd, dt, step, _Batch(targets, position_ids, n_ex, lw))
+        # the digit columns only (number tokens: their <= 1,110 columns), h @ W[cols].T: never the full logits
+        g = self.vocab.gather(targets, lm_head_weight.shape[0], self.float_spans)
+        ce_sum, z = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], g.rows, g.cols,
+                                               chunk_size, logit_transform, ce_w, per_row)
+        zd, number_view = g.finish(z, flat_t)
+        return self._combine(spread(ce_sum), zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
 
     #: the numeric term is on number tokens (``number_term``), not on digits (``digit_term``); with
     #: single-digit tokens the two are the same thing
@@ -532,18 +500,14 @@ def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
             "digit_logit": zd.detach().float().mean() if dt.count else zd.new_zeros(()), "n_digits": s["n"]}
 
 
-def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, float_spans: bool = True,
+def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab | NumberVocab, float_spans: bool = True,
                labels_shifted: bool = False, ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, DigitTargets]:
     """(fp32 ``[N, 10]`` digit logits, DigitTargets) of a batch, without gradients: for analysis
     (digit distributions per loss, the paper's Figure 1) rather than training."""
     with torch.no_grad():
         targets = to_targets(labels.to(logits.device), labels_shifted, ignore_index)
-        if not isinstance(vocab, DigitVocab):  # number tokens of 1..K digits: their digit marginals
-            from .numbers import number_digit_logits, number_targets
-
-            nt = number_targets(targets, vocab, logits.shape[-1], float_spans=float_spans)
-            return number_digit_logits(logits.reshape(-1, logits.shape[-1]), nt, vocab), nt.digits
-        dt = number_spans(targets, vocab, float_spans=float_spans)
-        ids = torch.tensor(vocab.digit_ids, device=logits.device)
-        zd = logits.reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()
+        g = vocab.gather(targets, logits.shape[-1], float_spans)
+        z = logits.reshape(-1, logits.shape[-1])[g.rows.unsqueeze(1), g.cols.unsqueeze(0)].float()
+        zd, _ = g.finish(z, targets.reshape(-1))
+        dt = g.digits
     return zd, dt

@@ -8,17 +8,39 @@ the wrong logits without any error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import torch
+
+from .spans import DigitTargets, number_spans
 
 DIGITS = "0123456789"
 
 
 class TokenizerDigitError(ValueError):
     """The tokenizer cannot be used by a digit-level loss (e.g. it merges several digits)."""
+
+
+@dataclass(frozen=True)
+class DigitGather:
+    """What a loss gathers of a batch, from its vocabulary (``vocab.gather``; the protocol ``DigitVocab`` and
+    ``NumberVocab`` share, so the losses never ask which one they hold).
+
+    digits: the digit targets (rows: flat target positions); rows ``[P]`` / cols ``[C]``: the logit entries to
+    read, ``z = logits2d[rows][:, cols]``; ``finish(z, flat_targets)``: the ``[N, 10]`` digit logits of
+    ``digits`` from ``z``, and the number-token view (``z``, the target ids at ``rows``, each digit's row in
+    ``z``) for a term on number tokens -- None for single-digit tokens, where ``z`` is already the digit logits."""
+
+    digits: DigitTargets
+    rows: torch.Tensor
+    cols: torch.Tensor
+    finish: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, tuple | None]]
+
+
+def _as_digit_logits(z: torch.Tensor, flat_targets: torch.Tensor) -> tuple[torch.Tensor, None]:
+    return z, None
 
 
 @dataclass(frozen=True)
@@ -32,6 +54,10 @@ class DigitVocab:
 
     digit_ids: tuple[int, ...]
     dot_id: int | None
+    _cols: dict = field(default_factory=dict, compare=False, repr=False)  # device -> the digit ids there
+
+    #: every digit is its own token (the protocol's question; ``NumberVocab.single_digit`` answers per tokenizer)
+    single_digit = True
 
     def __post_init__(self):
         if len(self.digit_ids) != 10 or len(set(self.digit_ids)) != 10:
@@ -42,10 +68,20 @@ class DigitVocab:
     def digit_counts(self, targets: torch.Tensor) -> torch.Tensor:
         """``[B, T]`` digits each target position carries: 1 at a digit token, 0 elsewhere (ignored included).
         The protocol both vocabularies share (``NumberVocab.digit_counts``: a number token's length)."""
-        import torch
-
         ids = torch.as_tensor(self.digit_ids, device=targets.device)
         return (targets.unsqueeze(-1) == ids).any(-1).long()
+
+    def columns(self, device: torch.device | str) -> torch.Tensor:
+        """The ten digit ids as a tensor on ``device`` (made once per device)."""
+        key = str(device)
+        if key not in self._cols:
+            self._cols[key] = torch.tensor(self.digit_ids, dtype=torch.long, device=device)
+        return self._cols[key]
+
+    def gather(self, targets: torch.Tensor, vocab_size: int, float_spans: bool = True) -> DigitGather:
+        """The digit targets of ``targets`` (``[B, T]``, shifted) and their ten digit columns."""
+        dt = number_spans(targets, self, float_spans=float_spans)
+        return DigitGather(dt, dt.rows, self.columns(targets.device), _as_digit_logits)
 
 
 _GROUPING_HELP = (

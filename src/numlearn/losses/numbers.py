@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .digits import TokenizerDigitError, _adapt, _encode, _single_token_id
+from .digits import DigitGather, DigitVocab, TokenizerDigitError, _adapt, _encode, _single_token_id
 from .spans import IGNORE_INDEX, DigitTargets, number_spans
 
 _NUMBER = re.compile(r"[0-9]+")
@@ -94,6 +94,16 @@ class NumberVocab:
         if key not in self._by_len:
             self._by_len[key] = torch.tensor([float(int(s)) for s in self.strings], device=device)
         return self._by_len[key]
+
+    def gather(self, targets: torch.Tensor, vocab_size: int, float_spans: bool = True) -> DigitGather:
+        """The digit targets of ``targets`` (``[B, T]``, shifted: each number token expanded to its digits) and
+        the number-token columns of the positions that hold them, whose digit marginals are the digit logits."""
+        nt = number_targets(targets, self, vocab_size, float_spans=float_spans)
+        pos, inv = torch.unique_consecutive(nt.digits.rows, return_inverse=True)
+
+        def finish(z: torch.Tensor, flat_targets: torch.Tensor):
+            return number_digit_logits(z, nt, self, row_index=inv), (z, flat_targets[pos], inv)
+        return DigitGather(nt.digits, pos, self.ids_tensor(targets.device), finish)
 
     def ids_tensor(self, device: torch.device | str) -> torch.Tensor:
         key = ("ids", str(device))
@@ -200,8 +210,6 @@ def number_targets(targets: torch.Tensor, nv: NumberVocab, vocab_size: int, floa
     width = int(n_char.sum(1).max()) if B * T else 0
     chars = torch.full((B, max(width, 1)), 11, dtype=torch.long, device=dev)
     chars[row_of_char, col] = char_val
-    from .digits import DigitVocab
-
     dt = number_spans(chars, DigitVocab(tuple(range(10)), 10), float_spans=float_spans)
     # char flat index -> the char's token
     char_index = row_of_char * chars.shape[1] + col

@@ -9,11 +9,17 @@ there is no Python loop over spans, tokens or rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-from .digits import DigitVocab
+
+class DigitIds(Protocol):
+    """What the span arithmetic reads of a vocabulary (``DigitVocab``): the ten digit ids and the "." id."""
+
+    digit_ids: tuple[int, ...]
+    dot_id: int | None
 
 IGNORE_INDEX = -100
 # Decay of fractional-digit weights in DEL's floating-point generalisation: w = FRACTION_DECAY^-(k+1).
@@ -87,7 +93,7 @@ def _run_bounds(member: torch.Tensor, flat_idx: torch.Tensor) -> tuple[torch.Ten
     return first, last
 
 
-def digit_values(targets: torch.Tensor, vocab: DigitVocab) -> tuple[torch.Tensor, torch.Tensor]:
+def digit_values(targets: torch.Tensor, vocab: DigitIds) -> tuple[torch.Tensor, torch.Tensor]:
     """``[B, T]`` targets -> (is_digit [B, T] bool, value [B, T] long; 0 where not a digit)."""
     ids = torch.as_tensor(vocab.digit_ids, device=targets.device)
     eq = targets.unsqueeze(-1) == ids  # [B, T, 10], small
@@ -96,7 +102,7 @@ def digit_values(targets: torch.Tensor, vocab: DigitVocab) -> tuple[torch.Tensor
 
 def number_spans(
     targets: torch.Tensor,
-    vocab: DigitVocab,
+    vocab: DigitIds,
     float_spans: bool = True,
 ) -> DigitTargets:
     """Locate digit targets and their place weights.
@@ -156,7 +162,7 @@ def number_spans(
     )
 
 
-def count_digit_targets(labels: torch.Tensor, vocab: DigitVocab, labels_shifted: bool = False,
+def count_digit_targets(labels: torch.Tensor, vocab: DigitIds, labels_shifted: bool = False,
                         ignore_index: int = IGNORE_INDEX) -> int:
     """Number of digit targets in ``[B, T]`` labels (unshifted unless ``labels_shifted``): pass the
     sum over a whole optimizer step as ``num_digits_in_batch`` to get step-normalised numeric terms
@@ -189,7 +195,7 @@ def example_ids(targets: torch.Tensor, position_ids: torch.Tensor | None = None)
     return row * (T + 1) + seq
 
 
-def count_examples(labels: torch.Tensor, vocab: DigitVocab | None = None, labels_shifted: bool = False,
+def count_examples(labels: torch.Tensor, vocab: DigitIds | None = None, labels_shifted: bool = False,
                    position_ids: torch.Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> tuple[int, int]:
     """(examples with a trained target, examples with a digit target) in ``[B, T]`` labels: the
     step's sums are the normalisers of ``ce_normalization="example_mean"`` and

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LossOutput, TokenLoss, _digit_stats, step_of
+from .base import LossOutput, TokenLoss, _digit_stats, digit_view, step_of
 from .digits import DigitVocab
-from .spans import IGNORE_INDEX, number_spans, to_targets
+from .spans import IGNORE_INDEX, to_targets
 from .steps import StepCounts
 
 
@@ -45,10 +45,8 @@ class _FullSoftmaxLoss(TokenLoss):
     def _stats(self, logits, labels, labels_shifted=False):
         if self.vocab is None:
             return {}
-        targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)
-        dt = number_spans(targets, self.vocab)
-        ids = torch.tensor(self.vocab.digit_ids, device=logits.device)
-        zd = logits.detach().reshape(-1, logits.shape[-1])[dt.rows.unsqueeze(1), ids.unsqueeze(0)].float()
+        zd, dt = digit_view(logits.detach(), labels, self.vocab, labels_shifted=labels_shifted,
+                            ignore_index=self.ignore_index)
         return _digit_stats(zd, dt)
 
 
