@@ -199,6 +199,25 @@ def test_sweep_chooses_on_validation_with_seed_intervals(tmp_path):
     assert main([str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_test (cot)"]) == 2
 
 
+def test_a_loss_without_a_weight_is_read_from_its_results_not_its_name(tmp_path):
+    """Issue 43: "has no weight" is what a loss's results record (alpha 0 on every run: build_loss refuses
+    another), not a name in reporting. MixCE beside MLE is a baseline line, never a grid to choose on; a
+    weighted loss whose grid includes 0 is still a weighted loss."""
+    from numlearn.reporting.sweep import main, unweighted
+
+    for s in range(3):
+        _write_val(tmp_path / "r", "mle", 0.0, s, 0.35)
+        _write_val(tmp_path / "r", "mixce", 0.0, s, 0.90)  # would win if it were treated as a grid point
+        for a, v in ((0.0, 0.2), (0.1, 0.30), (1.28, 0.45)):
+            _write_val(tmp_path / "r", "del", a, s, v)
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "r"), "--out", str(out), "--select-on", "synthetic_val (cot)"]) == 0
+    chosen = json.loads((out / "selected.json").read_text())
+    assert set(chosen) == {"del"} and chosen["del"]["alpha"] == 1.28
+    t = __import__("pandas").read_csv(out / "sweep.csv")
+    assert unweighted(t) == {"mle", "mixce"}
+
+
 def test_sweep_refuses_to_choose_from_an_unfinished_sweep(tmp_path, capsys):
     """A sweep produced over several sittings: a grid point with too few seeds, or not run at all,
     must not let a weight be chosen (here the unfinished 1.28 would otherwise win on its one seed)."""

@@ -173,14 +173,18 @@ def compare_with_store(rows: list[Row], seeds: list[int], *, experiment: str, st
 
 def sweep_report(seeds: int, grid: dict[str, tuple[float, ...]], *, experiment: str, store: Path, out: Path,
                  command: str, only_grid: bool = False, model: str = "*") -> int:
-    """The sweep's table, plot and chosen weights from the store; ``only_grid``: the grid's losses
-    (and MLE) only, not every loss the store holds validation results of; ``model``: that model's
+    """The sweep's table, plot and chosen weights from the store; ``only_grid``: the grid's points (and
+    MLE) only, not every loss and weight the store holds validation results of; ``model``: that model's
     runs only (the store's model level; every model by default)."""
     from numlearn.reporting import sweep
 
     root = store / experiment
-    losses = ("*",) if not only_grid else ("mle", *grid)
-    dirs = sorted(str(p) for loss in losses for p in root.glob(f"{model}/{loss}/alpha=*/seed=*/eval/{TEST_EXCLUDE}"))
+    if only_grid:  # the grid's points (and MLE) only: other studies' validation runs share the store
+        points = [("mle", "*"), *((loss, _fmt(a)) for loss, alphas in grid.items() for a in alphas)]
+    else:
+        points = [("*", "*")]
+    dirs = sorted(str(p) for loss, alpha in points
+                  for p in root.glob(f"{model}/{loss}/alpha={alpha}/seed=*/eval/{TEST_EXCLUDE}"))
     if not dirs:
         raise PipelineError(f"the store {store} holds no {TEST_EXCLUDE} result under {root}: run the sweep first")
     expect = ["--expect", "mle=0"] + [x for loss, alphas in grid.items()
@@ -534,7 +538,11 @@ def _dispatch(a) -> int:
         if failed:
             report_failures(failed, _say)
             return 1
-    return sweep_report(len(seeds), grid, experiment=a.experiment, store=a.store, out=a.out, command=command)
+    # the experiment's own model only: the store holds other models' validation runs under the same
+    # experiment (the chunked study's tiny_chunk3), and a table compares losses under one recipe
+    (mle_root,) = configured_run_roots([f"experiment={a.experiment}", "loss=mle", f"paths.output_dir={a.store}"])
+    return sweep_report(len(seeds), grid, experiment=a.experiment, store=a.store, out=a.out, command=command,
+                        only_grid=True, model=mle_root.parents[1].name)
 
 
 def stage_resources(a, experiment: str, overrides: list[str]):

@@ -33,10 +33,18 @@ from .stats import seed_mean_ci
 TEST_MARKERS = ("test", "ood")
 
 
+def unweighted(table: pd.DataFrame) -> set[str]:
+    """The losses without a weight, as their results declare it: every run of theirs recorded alpha 0 (a loss
+    without a numeric term refuses any other at build time, numlearn.losses.build_loss), so no name is
+    special here."""
+    alpha = pd.to_numeric(table["alpha"], errors="coerce").fillna(0.0)
+    return {loss for loss, a in alpha.groupby(table["loss"]) if (a == 0.0).all()}
+
+
 def sweep_table(df: pd.DataFrame) -> pd.DataFrame:
     """Long table: one row per (loss, alpha, column) with mean, seed CI and seed count (accuracy in %)."""
     df = df.copy()
-    df["alpha"] = df.apply(lambda r: 0.0 if r["loss"] == "mle" else float(r["alpha"]), axis=1)
+    df["alpha"] = pd.to_numeric(df["alpha"], errors="coerce").fillna(0.0).astype(float)
     rows = []
     for (loss, alpha, col), g in df.groupby(["loss", "alpha", "column"]):
         acc = 100 * g.sort_values("seed")["accuracy"].to_numpy(dtype=float)
@@ -51,10 +59,11 @@ def missing_points(table: pd.DataFrame, column: str, expect: dict[str, list[floa
     """The expected (loss, alpha) points with fewer than ``min_seeds`` seeds on ``column``, as 'loss@alpha (n seeds)'."""
     sub = table[table["column"] == column]
     have = {(r.loss, float(r.alpha)): int(r.seeds) for r in sub.itertuples()}
+    fixed = unweighted(table)
     out = []
     for loss, alphas in expect.items():
         for a in alphas:
-            n = have.get((loss, 0.0 if loss == "mle" else float(a)), 0)
+            n = have.get((loss, 0.0 if loss in fixed else float(a)), 0)
             if n < min_seeds:
                 out.append(f"{loss}@{a:g} ({n} seeds)")
     return out
@@ -70,10 +79,12 @@ def select(table: pd.DataFrame, column: str, expect: dict[str, list[float]] | No
     if any(m in column.lower() for m in TEST_MARKERS):
         raise ValueError(f"--select-on {column!r} looks like a test split; weights are chosen on a validation split "
                          "(e.g. 'synthetic_val (cot)')")
-    sub = table[(table["column"] == column) & (table["loss"] != "mle")]
+    # no weight to choose: what the results record, and a declared grid of 0 alone
+    fixed = unweighted(table) | {loss for loss, g in (expect or {}).items() if all(float(a) == 0 for a in g)}
+    sub = table[(table["column"] == column) & ~table["loss"].isin(fixed)]
     if sub.empty:
         raise ValueError(f"no results on {column!r}; columns present: {sorted(set(table['column']))}")
-    grids = {loss: g for loss, g in (expect or {}).items() if loss != "mle"}  # MLE has no weight to choose
+    grids = {loss: g for loss, g in (expect or {}).items() if loss not in fixed}
     for loss in set(sub["loss"]) - set(grids):
         grids[loss] = sorted(set(sub[sub["loss"] == loss]["alpha"]))  # at least min_seeds on what is there
     chosen, pending = {}, {}
@@ -98,15 +109,15 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     axes = fig.subplots(1, len(cols), squeeze=False)
     for ax, col in zip(axes[0], cols):
         sub = table[table["column"] == col]
-        mle = sub[sub["loss"] == "mle"]
-        for loss, g in sub[sub["loss"] != "mle"].groupby("loss"):
+        fixed = unweighted(table)
+        for loss, g in sub[~sub["loss"].isin(fixed)].groupby("loss"):
             err = np.vstack([g["acc"] - g["acc_ci_low"], g["acc_ci_high"] - g["acc"]])
             ax.errorbar(g["alpha"], g["acc"], yerr=np.nan_to_num(err), marker="o", capsize=3, label=loss)
-        if not mle.empty:
-            m = mle.iloc[0]
-            ax.axhline(m["acc"], color="k", lw=1, label=f"mle ({int(m['seeds'])} seeds)")
+        for i, (loss, g) in enumerate(sub[sub["loss"].isin(fixed)].groupby("loss")):  # a weightless loss: a line
+            m, shade = g.iloc[0], ("k", "0.4", "0.6")[i % 3]
+            ax.axhline(m["acc"], color=shade, lw=1, label=f"{loss} ({int(m['seeds'])} seeds)")
             if np.isfinite(m["acc_ci_low"]):
-                ax.axhspan(m["acc_ci_low"], m["acc_ci_high"], color="k", alpha=0.1)
+                ax.axhspan(m["acc_ci_low"], m["acc_ci_high"], color=shade, alpha=0.1)
         ax.set_xscale("log")
         ax.set_xlabel("loss weight (effective scale)")
         ax.set_ylabel("exact-match accuracy (%), mean and 95% seed CI")
