@@ -287,7 +287,7 @@ def test_a_forger_who_recomputes_the_chain_is_caught_by_rerunning_the_programs(s
     from numlearn.evaluation.score import rescore_records
 
     stored["metrics"] = rescore_records([json.loads(x) for x in gens.read_text().splitlines()], stored,
-                                        stored["protocol"])[0]
+                                        stored["protocol"])[0]["metrics"]
     result.write_text(json.dumps(stored))
     capsys.readouterr()
     assert score_main([str(gens), "--check"]) == 0  # ... until those are forged too: chain and metrics agree

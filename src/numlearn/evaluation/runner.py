@@ -262,39 +262,66 @@ class _Progress:
             self.bar.close()
 
 
+@dataclass(frozen=True)
+class EvalTask:
+    """One benchmark x mode to generate and score: everything a run needs besides the problems and the
+    backend (the defaults live here once). ``generation_key`` names the model and sampling (stale lines of
+    another are regenerated); ``program_workers``: generated programs run that many at a time
+    (``ProgramExecutor``); ``protocol``: the scorer (``scorers.SCORERS``), chosen once."""
+
+    benchmark: BenchmarkSpec
+    mode: str
+    sampling: SamplingConfig
+    out_path: Path
+    pot_timeout_s: float = 5.0
+    force_choice_letter: bool = False
+    symbolic_math: bool = False
+    chunk_size: int = 64
+    protocol: str | Scorer = "strict"
+    allow_unsafe_exec: bool = False
+    generation_key: str = ""
+    program_workers: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "benchmark", as_spec(self.benchmark))
+        object.__setattr__(self, "out_path", Path(self.out_path))
+        if self.mode not in MODES:
+            raise ValueError(f"unknown eval mode {self.mode!r}; choose one of {MODES}")
+        if self.pot_timeout_s <= 0:
+            raise ValueError(f"pot_timeout_s={self.pot_timeout_s:g} would time out every program; give a positive "
+                             "number of seconds (eval.pot_timeout_s, the official executor's is 5)")
+
+    @property
+    def use_pot(self) -> bool:
+        """The first attempt is a program (PoT; the paper's mode on every non-multiple-choice benchmark)."""
+        return self.mode == "pot" or (self.mode == "paper" and self.benchmark.answer != "choice")
+
+    def first_prompt(self, p: Problem) -> str:
+        if self.use_pot:
+            return format_prompt(p.question + POT_SUFFIX)
+        return format_prompt(p.question) + (MC_PRIMER if self.benchmark.answer == "choice" else "")
+
+
 def evaluate_problems(problems: list[Problem], backend, benchmark: str | BenchmarkSpec, mode: str,
-                      sampling: SamplingConfig, out_path: str | Path, pot_timeout_s: float = 5.0,
-                      force_choice_letter: bool = False, symbolic_math: bool = False, chunk_size: int = 64,
-                      protocol: str | Scorer = "strict", allow_unsafe_exec: bool = False, generation_key: str = "",
-                      program_workers: int = 1) -> dict:
+                      sampling: SamplingConfig, out_path: str | Path, **options) -> dict:
     """Generate and score what is missing from ``out_path``; return {"n_resumed", "n_dropped_lines", ...}.
-    ``program_workers``: generated programs run that many at a time (``ProgramExecutor``)."""
-    benchmark = as_spec(benchmark)
-    if mode not in MODES:
-        raise ValueError(f"unknown eval mode {mode!r}; choose one of {MODES}")
-    scorer = get_scorer(protocol)  # chosen once; nothing below branches on its name
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    if pot_timeout_s <= 0:
-        raise ValueError(f"pot_timeout_s={pot_timeout_s:g} would time out every program; give a positive number "
-                         "of seconds (eval.pot_timeout_s, the official executor's is 5)")
-    with GenerationsLock(out_path):
-        return _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot_timeout_s,
-                                force_choice_letter, symbolic_math, chunk_size, scorer, allow_unsafe_exec,
-                                generation_key, program_workers)
+    ``options``: the rest of an ``EvalTask`` (pot_timeout_s, protocol, chunk_size, ...)."""
+    return run_task(problems, backend, EvalTask(benchmark, mode, sampling, Path(out_path), **options))
 
 
-def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot_timeout_s, force_choice_letter,
-                     symbolic_math, chunk_size, scorer, allow_unsafe_exec, generation_key, program_workers) -> dict:
-    mc = benchmark.answer == "choice"
-    use_pot = (mode == "pot" or (mode == "paper" and not mc))
+def run_task(problems: list[Problem], backend, task: EvalTask) -> dict:
+    """``evaluate_problems`` for a built ``EvalTask``: under the generations file's lock."""
+    scorer = get_scorer(task.protocol)  # chosen once; nothing below branches on its name
+    task.out_path.parent.mkdir(parents=True, exist_ok=True)
+    with GenerationsLock(task.out_path):
+        return _evaluate_locked(problems, backend, task, scorer)
 
-    def first_prompt(p: Problem) -> str:
-        return format_prompt(p.question + POT_SUFFIX) if use_pot else format_prompt(p.question) + (MC_PRIMER if mc else "")
 
+def _evaluate_locked(problems, backend, task: EvalTask, scorer) -> dict:
+    out_path = task.out_path
     done, bad = read_jsonl(out_path)
-    expected = {p.id: row_fingerprint(generation_key, first_prompt(p)) for p in problems}
-    key = run_key(generation_key, pot_timeout_s, allow_unsafe_exec)
+    expected = {p.id: row_fingerprint(task.generation_key, task.first_prompt(p)) for p in problems}
+    key = run_key(task.generation_key, task.pot_timeout_s, task.allow_unsafe_exec)
     walk = walk_chain(out_path, key)
     stale = [r for r in done if r["id"] in expected and r.get("fingerprint") != expected[r["id"]]]
     if stale:
@@ -331,13 +358,11 @@ def _evaluate_locked(problems, backend, benchmark, mode, sampling, out_path, pot
         tmp.replace(out_path)
     done_ids = {r["id"] for r in done}
     todo = [p for p in problems if p.id not in done_ids]
-    bar = _Progress(len(todo), f"{benchmark.name}/{mode}")
+    bar = _Progress(len(todo), f"{task.benchmark.name}/{task.mode}")
     t0 = time.time()
     before = dict(getattr(backend, "stats", None) or {})
-    with ProgramExecutor(pot_timeout_s, allow_unsafe_exec, program_workers) as programs:
-        n_backups, head = _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark,
-                                            expected, programs, out_path, scorer, force_choice_letter, symbolic_math,
-                                            bar, head)
+    with ProgramExecutor(task.pot_timeout_s, task.allow_unsafe_exec, task.program_workers) as programs:
+        n_backups, head = _generate_missing(todo, backend, task, scorer, expected, programs, bar, head)
     bar.close()
     return {"n_resumed": len(done_ids), "n_generated": len(todo), "n_dropped_lines": bad, "n_stale_lines": len(stale),
             "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2),
@@ -367,26 +392,26 @@ def _throughput(before: dict, after: dict | None) -> dict:
             "tokens_per_s": round(tokens / secs, 1) if secs > 0 else None}
 
 
-def _generate_missing(todo, chunk_size, first_prompt, backend, sampling, use_pot, mode, benchmark, expected,
-                      programs, out_path, scorer, force_choice_letter, symbolic_math, bar, head) -> tuple[int, str]:
-    n_backups = 0
-    for s in range(0, len(todo), chunk_size):
-        batch = todo[s : s + chunk_size]
-        prompts = [first_prompt(p) for p in batch]
-        first = make_attempts("pot" if use_pot else "cot", prompts, backend.generate(prompts, sampling), programs)
-        rows = [{"id": p.id, "fingerprint": expected[p.id], "gt_raw": p.raw_answer, "requested_mode": mode,
+def _generate_missing(todo, backend, task: EvalTask, scorer, expected, programs, bar, head) -> tuple[int, str]:
+    """Generate, run and score ``todo`` ``task.chunk_size`` at a time, appending each line to the chain."""
+    n_backups, benchmark, sampling = 0, task.benchmark, task.sampling
+    for s in range(0, len(todo), task.chunk_size):
+        batch = todo[s : s + task.chunk_size]
+        prompts = [task.first_prompt(p) for p in batch]
+        first = make_attempts("pot" if task.use_pot else "cot", prompts, backend.generate(prompts, sampling), programs)
+        rows = [{"id": p.id, "fingerprint": expected[p.id], "gt_raw": p.raw_answer, "requested_mode": task.mode,
                  "attempts": [a]} for p, a in zip(batch, first)]
-        if mode == "paper" and use_pot:
-            redo = [i for i, a in enumerate(first) if _needs_backup(benchmark, a, mode)]
+        if task.mode == "paper" and task.use_pot:
+            redo = [i for i, a in enumerate(first) if _needs_backup(benchmark, a, task.mode)]
             if redo:
                 prompts = [format_prompt(batch[i].question) for i in redo]
                 for i, att in zip(redo, make_attempts("cot", prompts, backend.generate(prompts, sampling), programs)):
                     rows[i]["attempts"].append(att)
                 n_backups += len(redo)
-        with open(out_path, "a", encoding="utf-8") as f:
+        with open(task.out_path, "a", encoding="utf-8") as f:
             for r in rows:
-                r.update(scorer.score_row(benchmark, r, force_choice_letter))
-                if symbolic_math and benchmark.answer == "math":
+                r.update(scorer.score_row(benchmark, r, task.force_choice_letter))
+                if task.symbolic_math and benchmark.answer == "math":
                     r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
                 r["chain"] = head = line_digest(head, r)
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")  # one write per line

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from numlearn.records import RESULT, BadRecord, ResultRecord
 
-from .metrics import compute_metrics, per_problem_scores
+from .results import result_fields
 from .runner import ProgramExecutor, make_attempts, read_jsonl, rescore, walk_chain
 from .scorers import PROTOCOLS
 from .spec import BenchmarkSpec
@@ -38,7 +38,8 @@ def _same(a, b, tol=1e-9) -> bool:
 
 
 def rescore_records(recs: list[dict], stored: dict, protocol: str) -> tuple[dict, list[dict]]:
-    """Metrics and rows of a result's generations (``recs``, as read) under ``protocol``."""
+    """The result fields (``result_fields``: metrics, per-problem scores) and rows of a result's generations
+    (``recs``, as read) under ``protocol``."""
     wanted = set(stored.get("correct_by_id") or {}) or None
     if wanted is not None:
         recs = [r for r in recs if r["id"] in wanted]
@@ -46,7 +47,7 @@ def rescore_records(recs: list[dict], stored: dict, protocol: str) -> tuple[dict
     b = stored["benchmark"]
     spec = BenchmarkSpec.from_config(b["spec"]) if b.get("spec") else b["name"]
     recs = rescore(recs, spec, protocol, force)
-    return compute_metrics(recs, b["kind"]), recs
+    return result_fields(recs, b["kind"]), recs
 
 
 def check_chain(path: Path, stored: dict) -> tuple[bool, str]:
@@ -121,7 +122,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         protocol = a.protocol or stored.protocol
-        m, recs = rescore_records(recs, stored.to_dict(), protocol)
+        fields, recs = rescore_records(recs, stored.to_dict(), protocol)
+        m = fields["metrics"]
         print(json.dumps({"file": str(p), "protocol": protocol, "metrics": m}, indent=1))
         if a.check:
             if protocol != stored.protocol:
@@ -145,9 +147,7 @@ def main(argv=None) -> int:
             print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} {RESULT}", file=sys.stderr)
             status |= 0 if ok else 1
         if a.write:
-            scores = per_problem_scores(recs, m)
-            out = replace(stored, protocol=protocol, metrics=m, correct_by_id=scores["correct_by_id"],
-                          distance_by_id=scores.get("distance_by_id", {}),
+            out = replace(stored, protocol=protocol, **fields,
                           extra={**stored.extra, "n": m["n"], "rescored_from": str(p)})
             out.write(p.with_name(f"result.{protocol}.json"))
     return status
