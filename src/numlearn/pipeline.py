@@ -208,44 +208,43 @@ def _docs_hint() -> None:
              "tables in; then reread the prose the check names")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m numlearn.pipeline", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def _common(p, seeds_default):
+    p.add_argument("--seeds", default=seeds_default, help="a count (8 = 0..7), a range (3-7) or a list (0,2,5)")
+    p.add_argument("--experiment", default=EXPERIMENT)
+    p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
+    p.add_argument("--command", default=None, help="the command recorded in the tables' header")
 
-    def common(p, seeds_default):
-        p.add_argument("--seeds", default=seeds_default, help="a count (8 = 0..7), a range (3-7) or a list (0,2,5)")
-        p.add_argument("--experiment", default=EXPERIMENT)
-        p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
-        p.add_argument("--command", default=None, help="the command recorded in the tables' header")
+def _study_metrics(p):
+    p.add_argument("--primary-benchmark", default="synthetic_test",
+                   help="the benchmark whose CoT accuracy and distance are primary (robustness.md)")
+    p.add_argument("--family-metrics", default=",".join(FAMILY_METRICS), metavar="M,M",
+                   help="the declared family: every row minus MLE on these metrics, Holm-adjusted together "
+                        "(accuracy, distance, digit_acc, digit_nll)")
 
-    def study_metrics(p):
-        p.add_argument("--primary-benchmark", default="synthetic_test",
-                       help="the benchmark whose CoT accuracy and distance are primary (robustness.md)")
-        p.add_argument("--family-metrics", default=",".join(FAMILY_METRICS), metavar="M,M",
-                       help="the declared family: every row minus MLE on these metrics, Holm-adjusted together "
-                            "(accuracy, distance, digit_acc, digit_nll)")
+def _running(p):
+    p.add_argument("--executor", choices=("local", "submitit_local", "slurm"), default="local",
+                   help="where the jobs run: this machine's pool (default), submitit's local executor, or SLURM "
+                        "(a job per stage, evaluations afterok their training; numlearn.executors)")
+    p.add_argument("--plan", action="store_true", help="print the job graph, resources and GPU-hours; submit nothing")
+    p.add_argument("--partition", default=None, help="SLURM partition of every job")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="training GPUs (default: the preset's world size)")
+    p.add_argument("--tasks-per-node", type=int, default=None,
+                   help="training processes, one rank each (default: one per GPU; 1 on CPU)")
+    p.add_argument("--cpus-per-task", type=int, default=None)
+    p.add_argument("--mem-gb", type=int, default=None)
+    p.add_argument("--timeout-min", type=int, default=None, help="training jobs' time limit")
+    p.add_argument("--jobs", type=int, default=4, help="rows at once (each trains on the preset's threads)")
+    p.add_argument("--reuse", action="store_true", help="run only the seeds the store lacks a usable result for")
+    p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
+    p.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="redraw the job lines in place")
 
-    def running(p):
-        p.add_argument("--executor", choices=("local", "submitit_local", "slurm"), default="local",
-                       help="where the jobs run: this machine's pool (default), submitit's local executor, or SLURM "
-                            "(a job per stage, evaluations afterok their training; numlearn.executors)")
-        p.add_argument("--plan", action="store_true", help="print the job graph, resources and GPU-hours; submit nothing")
-        p.add_argument("--partition", default=None, help="SLURM partition of every job")
-        p.add_argument("--gpus-per-node", type=int, default=None, help="training GPUs (default: the preset's world size)")
-        p.add_argument("--tasks-per-node", type=int, default=None,
-                       help="training processes, one rank each (default: one per GPU; 1 on CPU)")
-        p.add_argument("--cpus-per-task", type=int, default=None)
-        p.add_argument("--mem-gb", type=int, default=None)
-        p.add_argument("--timeout-min", type=int, default=None, help="training jobs' time limit")
-        p.add_argument("--jobs", type=int, default=4, help="rows at once (each trains on the preset's threads)")
-        p.add_argument("--reuse", action="store_true", help="run only the seeds the store lacks a usable result for")
-        p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
-        p.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="redraw the job lines in place")
 
+
+def _table1_parsers(sub) -> None:
+    """table1, study and tables: rows x seeds and their tables."""
     p = sub.add_parser("table1", help="train, evaluate and publish every row, then build the tables")
-    common(p, "1")
-    running(p)
+    _common(p, "1")
+    _running(p)
     p.add_argument("--rows", default=None, help="comma-separated rows, loss[:alpha][+key=value...] (default: "
                    f"{','.join(TABLE1_LOSSES)}); the sweep's chosen weights are added")
     p.add_argument("--selected", type=selected_arg, default=SELECTED,
@@ -256,42 +255,46 @@ def main(argv: list[str] | None = None) -> int:
                         "with one line per seed saying whether they are identical; nothing is written there")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override every row trains and evaluates with (a shrunken rehearsal: make smoke)")
-    study_metrics(p)
+    _study_metrics(p)
     p = sub.add_parser("study", help="a study of conf/study/<name>.yaml whose kind is rows (smollm2_gsm8k, ...): "
                                      "train, evaluate, publish its rows x seeds, then its tables")
     p.add_argument("name", help="the study's file name in conf/study")
-    common(p, "1")
-    running(p)
+    _common(p, "1")
+    _running(p)
     p.add_argument("--out", type=Path, default=None, help="where the tables go (default: the study's out)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override every row trains and evaluates with")
     p.add_argument("--tables-only", action="store_true", help="the tables from the store only (no training)")
     p = sub.add_parser("tables", help="Table 1's tables from the store only (no training)")
-    common(p, "1")
-    study_metrics(p)
+    _common(p, "1")
+    _study_metrics(p)
     p.add_argument("--from-seed", type=int, default=None,
                    help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
     p.add_argument("--rows", default=None)
     p.add_argument("--selected", type=selected_arg, default=SELECTED)
     p.add_argument("--out", type=Path, default=TABLE1_OUT)
+
+
+def _grid_parsers(sub) -> None:
+    """sweep, sweep-report, ablation, pretrained, chunked: the studies with a weight grid or a base."""
     p = sub.add_parser("sweep", help="every loss over its weight grid on the validation split, then the report")
-    common(p, "3")
-    running(p)
+    _common(p, "3")
+    _running(p)
     p.add_argument("--grid", action="append", default=[], metavar="LOSS=A,B,...", help="replace a loss's grid")
     p.add_argument("--out", type=Path, default=SWEEP_OUT)
     p = sub.add_parser("sweep-report", help="the sweep's table, plot and chosen weights from the store (no training)")
-    common(p, "3")
+    _common(p, "3")
     p.add_argument("--grid", action="append", default=[], metavar="LOSS=A,B,...")
     p.add_argument("--out", type=Path, default=SWEEP_OUT)
     p = sub.add_parser("ablation", help="DEL's parts: the ablation rows, each form's validation sweep, the table")
-    common(p, "8")
-    running(p)
+    _common(p, "8")
+    _running(p)
     p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
     p.add_argument("--out", type=Path, default=ABLATION_OUT)
     p = sub.add_parser("pretrained", help="a pretrained start: each row fine-tunes its seed's MLE base on a "
                                           "shifted task (the bases trained first where missing), then the tables")
-    common(p, "8")
-    running(p)
+    _common(p, "8")
+    _running(p)
     p.set_defaults(experiment=PRETRAINED_EXPERIMENT)
     p.add_argument("--rows", default=None, help="comma-separated rows (default: "
                    f"{','.join(PRETRAINED_ROWS)} and the Table 1 sweep's chosen weights)")
@@ -304,14 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=PRETRAINED_OUT)
     p = sub.add_parser("chunked", help="tokenizers that group digits: MLE single vs chunked, the numeric losses on "
                                        "number tokens at their validation-chosen weights")
-    common(p, "8")
-    running(p)
+    _common(p, "8")
+    _running(p)
     p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
     p.add_argument("--grid", action="append", default=[], metavar="LOSS=A,B,...", help="replace a loss's grid")
     p.add_argument("--only", default=None, metavar="LOSS,...", help="sweep and tabulate only these losses")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override every row trains and evaluates with (a shrunken rehearsal)")
     p.add_argument("--out", type=Path, default=CHUNKED_OUT)
+
+
+def _tool_parsers(sub) -> None:
+    """released, smoke, notebook, runs, pending."""
     p = sub.add_parser("released", help="the DEL authors' released checkpoints evaluated as the paper did (eval=paper), "
                                         "beside their reported mACC (conf/study/released.yaml)")
     p.add_argument("--models", default=None, help="comma-separated names from conf/study/released.yaml (default: all)")
@@ -342,6 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("pending", help="the seeds without a usable stored result (Hydra overrides)")
     p.add_argument("--store", default=str(STORE))
     p.add_argument("overrides", nargs="*")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m numlearn.pipeline``: one sub-command per study or tool."""
+    ap = argparse.ArgumentParser(prog="python -m numlearn.pipeline", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    _table1_parsers(sub)
+    _grid_parsers(sub)
+    _tool_parsers(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
     a.invocation = "python -m numlearn.pipeline " + shlex.join(argv)
