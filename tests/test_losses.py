@@ -616,6 +616,20 @@ def test_ignore_index_minus_one_trains_what_minus_100_trains(name):
         build_loss(name, vocab, ignore_index="pad", **opts)
 
 
+@pytest.mark.parametrize("name", ["mle", "del", "mixce"])
+def test_labels_one_shorter_than_the_logits_are_refused(name):
+    """Issue 44, item 3: pre-shifted labels cut to T-1 (a common hand-rolled convention) are refused with the
+    shapes named, on the logits and fused paths -- never broadcast or silently realigned."""
+    vocab = DigitVocab(digit_ids=tuple(range(10)), dot_id=10)
+    fn = build_loss(name, vocab, **({"alpha": 0.5} if name == "del" else {}))
+    logits, labels = torch.randn(2, 6, 16), torch.randint(0, 16, (2, 5))
+    with pytest.raises(ValueError, match=r"expected logits \[B, T, V\] and labels \[B, T\], got \(2, 6, 16\) and \(2, 5\)"):
+        fn(logits, labels)
+    if name == "del":
+        with pytest.raises(ValueError, match=r"expected hidden \[B, T, H\] and labels \[B, T\]"):
+            fn.from_hidden(torch.randn(2, 6, 8), torch.randn(16, 8), labels)
+
+
 def test_num_items_without_num_digits_warns_once():
     import warnings
 
