@@ -630,6 +630,26 @@ def test_labels_one_shorter_than_the_logits_are_refused(name):
             fn.from_hidden(torch.randn(2, 6, 8), torch.randn(16, 8), labels)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mle_without_digit_tokens_is_f_cross_entropy_on_the_fused_kernel(dtype):
+    """Issue 45, item 5: MLE for a tokenizer without single-digit tokens (vocab None) runs on the fused CE kernel
+    (one [M, V] gradient buffer) and equals F.cross_entropy in value and gradient, weights and reduction too."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 7, 16).to(dtype).requires_grad_()
+    labels = torch.tensor([[-100, 3, 4, 10, 5, 12, 7], [-100, 1, 2, 13, -100, -100, -100]])
+    fn = MLELoss(None)
+    got = fn(logits, labels).loss
+    g_got, = torch.autograd.grad(got, logits)
+    t = shift_targets(labels)
+    ref = F.cross_entropy(logits.float().reshape(-1, 16), t.reshape(-1), ignore_index=-100)
+    g_ref, = torch.autograd.grad(ref, logits)
+    assert float(got) == pytest.approx(float(ref), rel=1e-6)
+    assert g_got.dtype == dtype and torch.allclose(g_got.float(), g_ref.float(), atol=1e-6 if dtype == torch.float32 else 1e-2)
+    fn.reduction = "none"
+    per = fn(logits, labels).loss
+    assert per.shape == labels.shape and float(per.sum()) == pytest.approx(float(ref), rel=1e-5)
+
+
 def test_num_items_without_num_digits_warns_once():
     import warnings
 

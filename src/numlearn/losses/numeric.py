@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import DigitLoss, LossOutput, _times, position_weights, step_of
+from .base import DigitLoss, LossOutput, _CrossEntropyWithDigitLogits, _times, position_weights, step_of
 from .digits import DigitVocab
-from .spans import IGNORE_INDEX, DigitTargets, to_targets
+from .spans import DigitTargets, to_targets
 from .steps import StepCounts
 
 PLACE_WEIGHTS = ("official", "none")
@@ -38,13 +38,14 @@ class MLELoss(DigitLoss):
             return super().__call__(logits, labels, step, labels_shifted, position_ids=position_ids,
                                     loss_weights=loss_weights, **deprecated_counts)
         step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()")
+        # a tokenizer without single-digit tokens: the same fused CE kernel with no digit columns (one [M, V]
+        # gradient buffer, not F.cross_entropy's fp32 copy plus its log-softmax)
         targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)
-        ce_tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                                 ignore_index=IGNORE_INDEX, reduction="none")
         ce_w, n_ex = self._ce_weights(targets, position_ids)
         ce_w = _times(ce_w, position_weights(loss_weights, labels.to(logits.device), labels_shifted))
-        ce_tok = ce_tok if ce_w is None else ce_tok * ce_w
-        ce_sum = ce_tok if self.reduction == "none" else ce_tok.sum()
+        none = torch.zeros(0, dtype=torch.long, device=logits.device)
+        ce_sum, _ = _CrossEntropyWithDigitLogits.apply(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                                       none, none, ce_w, self.reduction == "none")
         return self._output(self._ce(ce_sum, targets, step, n_ex), targets)
 
     def extra_repr(self) -> str:
