@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+
+log = logging.getLogger("numlearn.data")
 
 SPLITS = ("train", "val", "test", "test_ood")
 # Percentages of the in-distribution key space reserved for the test split (buckets 0-9) and the
@@ -344,7 +347,6 @@ def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, se
     ``<generator key>/<difficulty>/seed=<seed>``. A cached file is reused only when its sha256 matches
     the one recorded beside it when it was written; otherwise it is regenerated (one line on stderr)."""
     import hashlib
-    import sys
 
     variant = None if difficulty in (None, "", "base") else str(difficulty)
     if variant is not None:
@@ -361,7 +363,7 @@ def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, se
         if p.exists():
             ok = digest.exists() and hashlib.sha256(p.read_bytes()).hexdigest() == digest.read_text().strip()
             if not ok:
-                print(f"[numlearn.data] cached split {p} fails its checksum; regenerating it", file=sys.stderr)
+                log.warning("cached split %s fails its checksum; regenerating it", p)
                 p.unlink()
         if not p.exists():
             # several processes may generate the same split at once (make reproduce-table1 JOBS=2):

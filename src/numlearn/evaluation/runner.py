@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from .extract import is_equivalent_symbolic
 from .sandbox import run_program
 from .scorers import SCORERS, Scorer, get_scorer
 from .spec import BenchmarkSpec, as_spec
+
+log = logging.getLogger("numlearn.evaluate")  # what the user ran; Hydra's job logging shows it
 
 MODES = ("cot", "pot", "paper")
 
@@ -325,23 +328,22 @@ def _evaluate_locked(problems, backend, task: EvalTask, scorer) -> dict:
     walk = walk_chain(out_path, key)
     stale = [r for r in done if r["id"] in expected and r.get("fingerprint") != expected[r["id"]]]
     if stale:
-        print(f"[numlearn.evaluate] {len(stale)} line(s) of {out_path} came from another model, sampling setting "
-              "or prompt; regenerating them", file=sys.stderr, flush=True)
+        log.warning("%d line(s) of %s came from another model, sampling setting or prompt; regenerating them",
+                    len(stale), out_path)
     stale_ids = {id(r) for r in stale}
     _check_chain(walk, out_path, done, stale_ids)
     if walk.unchained:
         unchained = [r for r in done if r["id"] not in walk.verified and id(r) not in stale_ids]
         if unchained:
-            print(f"[numlearn.evaluate] {len(unchained)} line(s) of {out_path} were written before generations were "
-                  "hash-chained; regenerating them", file=sys.stderr, flush=True)
+            log.warning("%d line(s) of %s were written before generations were hash-chained; regenerating them",
+                        len(unchained), out_path)
             stale += unchained
             stale_ids = {id(r) for r in stale}
     old = [r for r in done if r["id"] in expected and id(r) not in stale_ids and scorer.emulates_executor
            and _old_executor(r)]
     if old:
-        print(f"[numlearn.evaluate] {len(old)} line(s) of {out_path} ran their programs under an earlier emulation of "
-              f"the official executor (now version {official.EXECUTOR_VERSION}); regenerating them",
-              file=sys.stderr, flush=True)
+        log.warning("%d line(s) of %s ran their programs under an earlier emulation of the official executor (now "
+                    "version %s); regenerating them", len(old), out_path, official.EXECUTOR_VERSION)
         stale += old
     if stale:
         stale_ids = {id(r) for r in stale}
