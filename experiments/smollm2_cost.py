@@ -4,7 +4,7 @@ measured before any run, so the decision to run the rows -- or the reason not to
     python experiments/smollm2_cost.py                  # make smollm2-cost -> results/smollm2_cost/cost.{md,json}
     python experiments/smollm2_cost.py --from-json results/smollm2_cost/cost.json   # the table again, no timing
 
-Through the real code paths (``numlearn.training.run.train`` and ``numlearn.evaluate.run_evaluation``,
+Through the real code paths (``numlearn.training.run.train`` and ``numlearn.evaluation.recipe.run_evaluation``,
 ``experiment=smollm2_synthetic``):
 
 * seconds per optimizer step, every layer training and only the top ``--top`` decoder layers
@@ -49,7 +49,7 @@ def _compose(overrides: list[str], name: str = "config"):
 
 
 def measure(out: Path, steps: tuple[int, int], top: int, problems: int, data_dir: str, assets_dir: str) -> dict:
-    from numlearn.evaluate import run_evaluation
+    from numlearn.evaluation.recipe import run_evaluation
     from numlearn.training.run import train
 
     common = ["experiment=smollm2_synthetic", f"paths.output_dir={out}", f"paths.data_dir={data_dir}",

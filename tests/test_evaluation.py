@@ -279,3 +279,34 @@ def test_paper_preset_engine_arguments_reach_vllm(monkeypatch, overrides, tp):
     assert seen["model"] == "/models/qwen" and seen["seed"] == 3
     assert seen["max_model_len"] == cfg.eval.max_model_len and seen["generation_config"] == "vllm"
     assert backend.describe()["tensor_parallel_size"] == tp
+
+
+def test_the_cli_logs_the_written_results_to_the_training_wandb_run(tmp_path, monkeypatch):
+    """numlearn.evaluate logs what the recipe wrote, read back from the result files (the recipe itself knows
+    nothing of W&B): eval/<benchmark>/<mode>/<metric> for each file and the teacher-forced metrics once."""
+    from types import SimpleNamespace
+
+    from numlearn import evaluate, records, tracking
+    from numlearn.records import ResultRecord
+
+    model = tmp_path / "run" / "final"
+    paths = []
+    for bench, mode, acc in (("svamp", "cot", 0.25), ("gsm8k", "pot", 0.5)):
+        p = tmp_path / "eval" / bench / mode / "result.json"
+        p.parent.mkdir(parents=True)
+        ResultRecord(benchmark={"name": bench, "kind": "number"}, mode=mode, metrics={"accuracy": acc, "n": 4},
+                     teacher_forced={"digit_acc": 0.75, "source": "gsm8k"}, extra={"model_path": str(model)}).write(p)
+        paths.append(p)
+    got = {}
+    monkeypatch.setattr(records.RunRecord, "of_model", classmethod(
+        lambda cls, m: SimpleNamespace(extra={"wandb": {"id": "run-1"}}) if str(m) == str(model) else None))
+    monkeypatch.setattr(tracking, "log_evaluation", lambda ref, run_dir, metrics: got.update(ref=ref, metrics=metrics))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    evaluate._log_to_training_run(paths)
+    assert got["ref"] == {"id": "run-1"}
+    assert got["metrics"] == {"eval/svamp/cot/accuracy": 0.25, "eval/svamp/cot/n": 4.0, "eval/gsm8k/pot/accuracy": 0.5,
+                              "eval/gsm8k/pot/n": 4.0, "eval/teacher_forced/digit_acc": 0.75}
+    got.clear()
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    evaluate._log_to_training_run(paths)
+    assert not got

@@ -6,15 +6,12 @@ and mode, ``<eval_dir>/<benchmark>/<mode>/generations.jsonl`` and ``result.json`
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from numlearn.cli import (
     conf_dir,
@@ -22,202 +19,10 @@ from numlearn.cli import (
     io_failure,
     run_entry_point,
 )
-from numlearn.provenance import model_fingerprint
 
-
-def backend_from_config(ecfg, model_path: str, seed: int = 0):
-    """The generation backend an ``eval`` config describes (every engine argument from config)."""
-    from numlearn.evaluation.backends import get_backend
-
-    return get_backend(ecfg.backend, model_path, dtype=ecfg.dtype, batch_size=ecfg.batch_size,
-                       tensor_parallel_size=int(ecfg.get("tensor_parallel_size") or 1),
-                       max_model_len=int(ecfg.max_model_len), seed=int(seed),
-                       enforce_eager=bool(ecfg.enforce_eager))
-
-
-@dataclass(frozen=True)
-class _Evaluation:
-    """What every benchmark x mode of one evaluation shares (fixed before the first generation)."""
-
-    cfg: DictConfig
-    eval_dir: Path
-    protocol: str
-    model_path: str
-    run_meta: dict
-    sandbox: dict
-    teacher_forced: dict | None
-    model_key: dict
-    provenance: dict
-
-
-def run_evaluation(cfg: DictConfig) -> list[Path]:
-    """Evaluate ``cfg.model_path`` on ``cfg.eval``'s benchmarks: one result file per benchmark x mode (returned).
-    Every input is checked before the model loads: protocol, limit, sandbox, model directory, benchmark data."""
-    from numlearn.evaluation.benchmarks import check_limit, load_benchmark
-    from numlearn.evaluation.scorers import check_protocol
-    from numlearn.provenance import provenance
-    from numlearn.records import RunRecord
-
-    ecfg = cfg.eval
-    protocol = check_protocol(str(ecfg.protocol))
-    check_limit(ecfg.get("limit"))
-    if not float(ecfg.pot_timeout_s) > 0:
-        raise ValueError(f"eval.pot_timeout_s={ecfg.pot_timeout_s} would time out every program; give a positive "
-                         "number of seconds (the official executor's is 5)")
-    sandbox = _sandbox(bool(ecfg.allow_unsafe_exec))  # refused before any model or generation
-    model_path = _model_path(str(cfg.model_path))
-    data_root = Path(str(cfg.paths.data_dir)).expanduser()
-    cache_dir = Path(str(cfg.paths.cache_dir)).resolve()
-    # Load (and verify) every benchmark before the model, so data errors surface in seconds.
-    loaded = {name: load_benchmark(bcfg, data_root, cache_dir, limit=ecfg.get("limit"))
-              for name, bcfg in ecfg.benchmarks.items()}
-    tf_records, tcfg = None, ecfg.get("teacher_forced")
-    if tcfg:
-        from numlearn.evaluation.teacher_forced import teacher_forced_records
-
-        tf_records = teacher_forced_records(tcfg, cfg.data, data_root, cache_dir)
-    rec = RunRecord.of_model(model_path)
-    run_meta = rec.summary() if rec is not None else {
-        "experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,
-        "seed": int(cfg.seed), "run_dir": None}
-    if not Path(model_path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hub_cache(model_path):
-        raise FileNotFoundError(f"model {model_path!r} is neither a directory nor a cached hub model, and the hub is "
-                                "offline (HF_HUB_OFFLINE=1): pass model_path=<model dir> or train the run first")
-    if threads := ecfg.get("torch_threads"):
-        import torch
-
-        torch.set_num_threads(int(threads))  # before the backend: recorded in provenance below
-    backend = backend_from_config(ecfg, model_path, seed=int(cfg.seed))
-    prov = provenance()
-    teacher_forced = _teacher_forced(tcfg, tf_records, backend, model_path) if tcfg else None
-    # what the generations come from, fixed for this evaluation (the model dir is walked once)
-    model_key = {"model": model_fingerprint(model_path), "backend": backend.name,
-                 "dtype": backend.describe().get("dtype")}
-    ev = _Evaluation(cfg, Path(str(cfg.eval_dir)).resolve(), protocol, model_path, run_meta, sandbox, teacher_forced,
-                     model_key, prov)
-    written, logged = [], {}
-    for name, (problems, info) in loaded.items():
-        for path, metrics in _evaluate_benchmark(ev, name, problems, info, backend):
-            written.append(path)
-            logged.update({f"eval/{name}/{path.parent.name}/{k}": float(v) for k, v in metrics.items()
-                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    _log_to_training_run(rec, model_path, logged, teacher_forced)
-    return written
-
-
-def _sandbox(allow_unsafe: bool) -> dict:
-    """How generated programs will run (recorded in every result); refused without OS isolation unless allowed."""
-    from numlearn.evaluation.sandbox import SandboxUnavailable, isolation_status
-
-    isolated, isolation = isolation_status()
-    if not isolated and not allow_unsafe:
-        raise SandboxUnavailable(isolation)
-    return {"isolation": isolation if isolated else "process (unsafe): " + isolation, "allow_unsafe_exec": allow_unsafe}
-
-
-def _model_path(model_path: str) -> str:
-    """The model directory (resolved) or hub name; a missing local path or damaged weights refused by name."""
-    from numlearn.rundirs import damaged_weights
-
-    if Path(model_path).exists():
-        model_path = str(Path(model_path).resolve())
-    elif model_path.startswith(("/", ".")) or "/final" in model_path:
-        raise FileNotFoundError(f"model {model_path} not found: train it first (python -m numlearn.train with "
-                                "the same experiment/model/loss/seed) or pass model_path=<dir or hub name>")
-    if Path(model_path).is_dir() and (bad := damaged_weights(model_path)):
-        raise ValueError(f"model {model_path}: damaged weights: {'; '.join(bad)}; retrain the run (python -m "
-                         "numlearn.train with the same overrides resumes from its last checkpoint) or copy it again")
-    return model_path
-
-
-def _teacher_forced(tcfg, tf_records, backend, model_path: str) -> dict:
-    """Teacher-forced digit metrics on the configured solutions (the hf backend's loaded model is reused)."""
-    from numlearn.evaluation.teacher_forced import measure
-
-    t0 = time.time()
-    hf = backend.name == "hf"  # its model is already loaded; other backends hold no torch module
-    out = measure(model_path, tcfg, tf_records, model=getattr(backend, "model", None) if hf else None,
-                  tokenizer=getattr(backend, "tokenizer", None) if hf else None)
-    print(f"[numlearn.evaluate] teacher forced on {out.get('n_examples', 0)} {tcfg.source} solutions: "
-          + ", ".join(f"{k}={out[k]:.4f}" for k in ("digit_acc", "digit_nll", "digit_entropy") if k in out)
-          + f" ({time.time() - t0:.1f}s)", flush=True)
-    return out
-
-
-def _evaluate_benchmark(ev: _Evaluation, name: str, problems, info: dict, backend):
-    """Generate, score and write each mode of one benchmark; yields (result path, metrics)."""
-    from numlearn.evaluation.backends import SamplingConfig
-    from numlearn.evaluation.metrics import METRIC_NOTES
-    from numlearn.evaluation.results import result_fields
-    from numlearn.evaluation.runner import EvalTask, read_jsonl, run_task
-    from numlearn.evaluation.spec import BenchmarkSpec
-    from numlearn.records import ResultRecord, result_path
-
-    ecfg = ev.cfg.eval
-    spec = BenchmarkSpec.from_config(ecfg.benchmarks[name])
-    max_new = spec.max_new_tokens
-    if ecfg.get("max_new_tokens_cap"):
-        max_new = min(max_new, int(ecfg.max_new_tokens_cap))
-    sampling = SamplingConfig(max_new_tokens=max_new, temperature=float(ecfg.temperature),
-                              top_p=float(ecfg.top_p), stop=tuple(ecfg.stop))
-    for mode in spec.modes(ecfg.modes):
-        out = ev.eval_dir / name / mode
-        t0 = time.time()
-        gen_info = run_task(problems, backend, EvalTask(
-            spec, mode, sampling, out / "generations.jsonl", pot_timeout_s=float(ecfg.pot_timeout_s),
-            force_choice_letter=bool(ecfg.force_choice_letter), symbolic_math=bool(ecfg.symbolic_math),
-            chunk_size=max(int(ecfg.batch_size) * 2, 16), protocol=ev.protocol,
-            allow_unsafe_exec=ev.sandbox["allow_unsafe_exec"], generation_key=generation_key(ev.model_key, sampling),
-            program_workers=int(ecfg.get("program_workers") or os.cpu_count() or 1)))
-        wanted = {p.id for p in problems}
-        recs = [r for r in read_jsonl(out / "generations.jsonl")[0] if r["id"] in wanted]
-        if len(recs) != len(problems):  # every problem answered exactly once, or no result
-            raise RuntimeError(f"{out / 'generations.jsonl'} holds {len(recs)} of the {len(problems)} problems of "
-                               f"{name}; re-run the same command to complete it")
-        fields = result_fields(recs, spec.answer)
-        metrics = fields["metrics"]
-        result = ResultRecord(
-            benchmark=info, mode=mode, protocol=ev.protocol, run=ev.run_meta, **fields,
-            config=OmegaConf.to_container(ev.cfg, resolve=True), teacher_forced=ev.teacher_forced,
-            extra={"n": metrics["n"], "metric_notes": METRIC_NOTES, "model_path": ev.model_path,
-                   "backend": backend.describe(), "sampling": sampling.as_dict(),
-                   "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": ev.sandbox, "generation": gen_info,
-                   "wall_seconds": round(time.time() - t0, 2), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   **ev.provenance})
-        path = result_path(ev.eval_dir, name, mode)
-        result.write(path)
-        nd = metrics.get("numerical_distance")
-        print(f"[numlearn.evaluate] {name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
-              + (f" numerical_distance={nd:.4f}" if nd is not None else "")
-              + f" ({gen_info['n_resumed']} resumed) -> {path}", flush=True)
-        yield path, metrics
-
-
-def _log_to_training_run(rec, model_path: str, logged: dict, teacher_forced: dict | None) -> None:
-    """The evaluation's metrics into the training's W&B run, where it recorded one."""
-    ref = (rec.extra.get("wandb") if rec is not None else None) or None
-    if not (ref and logged and os.environ.get("WANDB_MODE") != "disabled"):
-        return
-    from numlearn.tracking import log_evaluation
-
-    if teacher_forced:
-        logged.update({f"eval/teacher_forced/{k}": float(v) for k, v in teacher_forced.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    log_evaluation(ref, Path(model_path).parent, logged)
-    print(f"[numlearn.evaluate] {len(logged)} metrics logged to the training's W&B run {ref['id']}", flush=True)
-
-
-def _in_hub_cache(name: str) -> bool:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
-    except Exception:  # noqa: BLE001 - an invalid repo id is simply not cached
-        return False
-
-
-def generation_key(model_key: dict, sampling) -> str:
-    return json.dumps({**model_key, "sampling": sampling.as_dict()}, sort_keys=True)
+# The recipe lives in numlearn.evaluation.recipe (experiments and notebooks import it from there); these names
+# stay importable from here.
+from numlearn.evaluation.recipe import backend_from_config, generation_key, run_evaluation  # noqa: E402,F401
 
 
 @hydra.main(version_base="1.3", config_path=conf_dir(), config_name="evaluate")
@@ -226,7 +31,7 @@ def _main(cfg: DictConfig) -> None:
     from numlearn.evaluation.sandbox import SandboxUnavailable
 
     try:
-        run_evaluation(cfg)
+        _log_to_training_run(run_evaluation(cfg))
     except Exception as e:  # noqa: BLE001 - one line for what users cause; anything else keeps its trace
         if (line := io_failure(e, cfg.get("eval_dir") or cfg.paths.output_dir)) is not None \
                 and not os.environ.get("NUMLEARN_DEBUG"):
@@ -234,6 +39,30 @@ def _main(cfg: DictConfig) -> None:
         if not isinstance(e, (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable)):
             raise
         fail("numlearn.evaluate", e, cfg.get("run_dir"), cfg.paths.output_dir)
+
+
+def _log_to_training_run(paths: list) -> None:
+    """The written results' metrics (read back from their files) into the training's W&B run, where the model's
+    run.json recorded one: the evaluation's numbers beside the training curves."""
+    if not paths or os.environ.get("WANDB_MODE") == "disabled":
+        return
+    from numlearn.records import ResultRecord, RunRecord
+
+    results = [ResultRecord.read(p) for p in paths]
+    model_path = results[0].extra.get("model_path")
+    rec = RunRecord.of_model(model_path) if model_path else None
+    ref = (rec.extra.get("wandb") if rec is not None else None) or None
+    if not ref:
+        return
+    from numlearn.tracking import log_evaluation
+
+    def numbers(d: dict | None) -> dict:
+        return {k: float(v) for k, v in (d or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    logged = {f"eval/{p.parent.parent.name}/{p.parent.name}/{k}": v for p, r in zip(paths, results)
+              for k, v in numbers(r.metrics).items()}
+    logged.update({f"eval/teacher_forced/{k}": v for k, v in numbers(results[0].teacher_forced).items()})
+    log_evaluation(ref, Path(model_path).parent, logged)
+    print(f"[numlearn.evaluate] {len(logged)} metrics logged to the training's W&B run {ref['id']}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
