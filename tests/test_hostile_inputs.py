@@ -215,7 +215,7 @@ def _chained_evaluation(saved_tiny_model, tmp_path, monkeypatch):
     every problem: accuracy 0, every line with a program run."""
     from hydra import compose, initialize_config_dir
 
-    import numlearn.evaluate as ev
+    import numlearn.evaluation.recipe as ev  # the recipe calls its own backend_from_config
 
     monkeypatch.setattr(ev, "backend_from_config", lambda *a, **k: ScriptedBackend(
         lambda p: "x = 1\nprint(x)" if "program" in p else "The answer is 1."))
@@ -254,7 +254,7 @@ def test_forged_lines_break_the_chain_for_check_and_resume(saved_tiny_model, tmp
     capsys.readouterr()
     assert score_main([str(gens), "--check"]) == 1  # before: "matches result.json"
     assert "hash chain broken at line 1" in capsys.readouterr().err
-    import numlearn.evaluate as ev
+    import numlearn.evaluation.recipe as ev
 
     with pytest.raises(RuntimeError, match=r"line 1 \(id [\w-]+\) breaks the generations' hash chain"):
         ev.run_evaluation(cfg)  # resume refuses, in one line; nothing rescored from the forged lines

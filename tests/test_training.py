@@ -434,7 +434,7 @@ def test_evaluation_logs_into_the_trainings_wandb_run(tmp_path, monkeypatch):
     import wandb
     from wandb.sdk.wandb_run import Run
 
-    from numlearn.evaluate import run_evaluation
+    from numlearn.evaluate import evaluate as run_evaluation  # the command's work: the recipe, then W&B
     from numlearn.training.run import train
 
     logged, real_log = [], Run.log

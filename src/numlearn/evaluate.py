@@ -31,7 +31,7 @@ def _main(cfg: DictConfig) -> None:
     from numlearn.evaluation.sandbox import SandboxUnavailable
 
     try:
-        _log_to_training_run(run_evaluation(cfg))
+        evaluate(cfg)
     except Exception as e:  # noqa: BLE001 - one line for what users cause; anything else keeps its trace
         if (line := io_failure(e, cfg.get("eval_dir") or cfg.paths.output_dir)) is not None \
                 and not os.environ.get("NUMLEARN_DEBUG"):
@@ -39,6 +39,14 @@ def _main(cfg: DictConfig) -> None:
         if not isinstance(e, (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable)):
             raise
         fail("numlearn.evaluate", e, cfg.get("run_dir"), cfg.paths.output_dir)
+
+
+def evaluate(cfg: DictConfig) -> list[Path]:
+    """What ``python -m numlearn.evaluate`` does: the recipe (``numlearn.evaluation.recipe.run_evaluation``: result
+    files) and then their metrics into the training's W&B run, where it recorded one."""
+    paths = run_evaluation(cfg)
+    _log_to_training_run(paths)
+    return paths
 
 
 def _log_to_training_run(paths: list) -> None:
