@@ -27,10 +27,13 @@ class _FullSoftmaxLoss(TokenLoss):
     has_linear_form = False
     needs_digit_vocab = False
 
-    def _refuse_weights(self, loss_weights) -> None:
+    def _step_items(self, step, deprecated_counts, labels_shifted, loss_weights):
+        """The step's token count (``step``, or the deprecated keywords); per-token weights refused: these
+        losses normalise their own token loss."""
         if loss_weights is not None:
             raise ValueError(f"loss {self.name!r} normalises its own token loss: loss_weights (and reduction) are "
                              "available for mle, ntl, dist2 and del")
+        return step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()").num_items_in_batch
 
     def _prepare(self, logits, labels, labels_shifted=False):
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
@@ -84,9 +87,7 @@ class MixCELoss(_FullSoftmaxLoss):
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
                  loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
-        self._refuse_weights(loss_weights)
-        num_items_in_batch = step_of(step, deprecated_counts, labels_shifted,
-                                     f"{type(self).__name__}()").num_items_in_batch
+        num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
         targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = F.cross_entropy(logits2d, y, reduction="none")
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
@@ -146,9 +147,7 @@ class EMOLoss(_FullSoftmaxLoss):
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
                  loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
-        self._refuse_weights(loss_weights)
-        num_items_in_batch = step_of(step, deprecated_counts, labels_shifted,
-                                     f"{type(self).__name__}()").num_items_in_batch
+        num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
