@@ -311,12 +311,11 @@ def _official_batch1_grad(harness: str) -> torch.Tensor:
     summed; OL: alpha 0.1, averaged)."""
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(REPO / "examples"))
     sys.path.insert(0, str(REPO / "tests" / "scripts"))
-    from _tiny import batch, grads, model, tokenizer
     from layout_step import TEXTS4
 
     from numlearn.losses import build_loss
+    from numlearn.testing import batch, grads, model, tokenizer
 
     tok = tokenizer()
     m = model(len(tok))

@@ -7,16 +7,13 @@ Launched by tests/test_distributed.py with 1, 2 and 4 CPU processes.
 
 import os
 import sys
-from pathlib import Path
 
 import torch
+from transformers import TrainerCallback, TrainingArguments
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from _tiny import batch, grads, model, tokenizer  # noqa: E402
-from transformers import TrainerCallback, TrainingArguments  # noqa: E402
-
-from numlearn.integrations.hf import NumlearnTrainer  # noqa: E402
-from numlearn.losses import build_loss  # noqa: E402
+from numlearn.integrations.hf import NumlearnTrainer
+from numlearn.losses import build_loss
+from numlearn.testing import batch, grads, model, tokenizer
 
 TEXTS4 = ["x 7 y", "12345678 ab", "q 9", "4.25 and 777"]  # 1, 7, 1 and 5 digit targets (a first token is never one)
 HARNESS = {"oq": {"alpha": 1.28, "ce_normalization": "token"}, "ol": {"alpha": 0.1, "ce_normalization": "example_mean"}}
