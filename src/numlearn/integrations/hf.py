@@ -14,7 +14,6 @@ cannot see the step's digit count, so it refuses training steps larger than one 
 
 from __future__ import annotations
 
-import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +34,7 @@ from numlearn.losses import (
     count_targets,
     step_counts,
 )
+from numlearn.losses.base import _warn_once  # the losses' one warn-once registry
 
 _WORKING_ROUTE = ("use numlearn.integrations.hf.NumlearnTrainer (or NumlearnTrainerMixin on your Trainer "
                   "subclass), numlearn.integrations.trl.NumlearnSFTTrainer for TRL, or call the loss in your own "
@@ -63,7 +63,6 @@ def logit_transform(model: torch.nn.Module) -> LogitTransform:
 # Packages whose patch replaces a causal LM's forward with one that computes a fused linear cross-entropy
 # when given labels (and the full logits when not): Liger-Kernel (apply_liger_kernel_to_*), Unsloth.
 FUSED_CE_PATCHERS = ("liger_kernel", "unsloth", "unsloth_zoo")
-_PATCH_WARNED: set[str] = set()
 
 
 def fused_ce_patch(model: torch.nn.Module) -> str | None:
@@ -81,12 +80,6 @@ def fused_ce_patch(model: torch.nn.Module) -> str | None:
         get_base = getattr(m, "get_base_model", None)
         m = get_base() if callable(get_base) else None
     return None
-
-
-def _warn_once_per(key: str, message: str) -> None:
-    if key not in _PATCH_WARNED:
-        _PATCH_WARNED.add(key)
-        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 class LossBridge:
@@ -125,7 +118,7 @@ class LossBridge:
         if not self.fused_linear:
             patcher = fused_ce_patch(model)
             if patcher is not None:
-                _warn_once_per(patcher, f"{type(model).__name__}.forward is patched by {patcher} (its fused linear "
+                _warn_once(f"fused CE patch: {patcher}", f"{type(model).__name__}.forward is patched by {patcher} (its fused linear "
                                "cross-entropy): numlearn computes the loss itself, so the model is called without "
                                "labels and builds the full [B, T, V] logits -- the patch's memory saving is gone. Use "
                                "fused_linear=True (train.fused_linear_loss=true): numlearn's chunked head loss, the "
