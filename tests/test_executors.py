@@ -146,15 +146,52 @@ def test_plan_on_every_paper_preset_matches_the_preset_and_submits_nothing(prese
     world, tp = int(cfg.paper_row.world_size), int(cfg.eval.tensor_parallel_size)
     rc = pipeline.main(["table1", "--experiment", preset, "--rows", "mle,del", "--selected", "none", "--seeds", "1",
                         "--executor", "slurm", "--plan", "--outputs", str(tmp_path / "out"),
-                        "--store", str(tmp_path / "store"), "--out", str(tmp_path / "t")])
+                        "--store", str(tmp_path / "store"), "--out", str(tmp_path / "t"),
+                        "--gpu-check", str(tmp_path / "no_gpu_check.json")])
     text = capsys.readouterr().out
     assert rc == 0 and "nothing submitted" in text
     assert re.search(rf"del seed=0 train  \[1 node x {world} GPU, {world} task\(s\)", text), text
     assert re.search(rf"del seed=0 evaluate  \[1 node x {tp} GPU, 1 task\(s\).*after: del seed=0 train", text), text
     assert "tables  [" in text and "after: mle seed=0 publish, del seed=0 publish" in text
-    hours = float(re.search(r"GPU-hours: ([\d.]+) \(estimate, not measured", text).group(1))
-    assert hours > 0
+    hours = float(re.search(r"GPU-hours: ([\d.]+) \(6 x ", text).group(1))
+    assert hours > 0 and "35% MFU of an H100's 989 bf16 TFLOP/s (estimate, not measured" in text
     assert not (tmp_path / "out").exists()  # no state file, no job folder
+
+
+def _plan_hours(tmp_path, capsys, *extra) -> tuple[float, str]:
+    rc = pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--rows", "mle", "--selected", "none",
+                        "--seeds", "1", "--executor", "slurm", "--plan", "--outputs", str(tmp_path / "o"),
+                        "--store", str(tmp_path / "s"), *extra])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    return float(re.search(r"GPU-hours: ([\d.]+)", text).group(1)), text
+
+
+def test_plan_takes_its_training_rate_from_the_gpu_check_once_one_exists(tmp_path, capsys):
+    """Issue 46 item 3: with experiments/gpu_check.sh's summary.json, --plan's training hours come from the measured
+    rate (6 x params x tokens/s per GPU), and the plan says so; a dry-run summary is not a measurement. By hand, for
+    the Qwen2.5-1.5B row (1.54B params, 262,040 x 350 tokens x 2 epochs, 4 GPUs): at 35 % MFU of 989 TFLOP/s
+    a training takes 6 x 1.54e9 x 1.8343e8 / (4 x 3.4615e14) / 3600 = 0.340 h; measured at 1.54B params and
+    18,720 tokens/s on one GPU (1.7297e14 FLOP/s, half the assumed rate) it takes twice that, 0.680 h."""
+    base, text = _plan_hours(tmp_path, capsys, "--gpu-check", str(tmp_path / "absent.json"))
+    train_h = float(re.search(r"\(([\d.]+) h on 4 GPUs\)", text).group(1))
+    assert train_h == pytest.approx(0.340, abs=0.001) and "estimate, not measured" in text
+    summary = {"check": "gpu_check", "dry_run": False, "device": "NVIDIA H100 80GB HBM3", "created": "2026-12-06",
+               "train": {"mle": {"n_params": 1.54e9, "world_size": 1, "steady": {"tokens_per_s": 18720.0}}}}
+    f = tmp_path / "summary.json"
+    f.write_text(json.dumps(summary))
+    hours, text = _plan_hours(tmp_path, capsys, "--gpu-check", str(f))
+    assert float(re.search(r"\(([\d.]+) h on 4 GPUs\)", text).group(1)) == pytest.approx(0.680, abs=0.001)
+    assert "measured by experiments/gpu_check.sh on NVIDIA H100 80GB HBM3" in text and "173 TFLOP/s" in text
+    eval_gpu_h = base - 4 * train_h  # the evaluation's share did not change (the plan prints one decimal)
+    assert hours == pytest.approx(4 * 0.680 + eval_gpu_h, abs=0.1)
+    f.write_text(json.dumps({**summary, "dry_run": True}))  # a CPU dry run measures nothing
+    assert "estimate, not measured" in _plan_hours(tmp_path, capsys, "--gpu-check", str(f))[1]
+    f.write_text("{")  # a damaged file: one line naming it and the fix, no plan
+    assert pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--rows", "mle", "--selected", "none",
+                          "--executor", "slurm", "--plan", "--gpu-check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "not a gpu_check summary" in err and "experiments/gpu_check.sh" in err
 
 
 def test_flags_override_the_preset_and_the_job_records_its_resources(monkeypatch, tmp_path, capsys):

@@ -343,6 +343,34 @@ def stage_graph(jobs, train_res: Resources, eval_res: Resources, publish_res: Re
     return stages
 
 
+H100_BF16_FLOPS = 989e12  # dense bf16 peak of one H100 SXM
+ASSUMED_MFU = 0.35
+
+
+def measured_train_flops(summary: Path) -> tuple[float, str] | None:
+    """Training FLOP/s per GPU that ``experiments/gpu_check.sh`` measured (its ``summary.json``): 6 x the MLE run's
+    parameters x its steady tokens/s (after the first logging interval) / its world size, with a line saying where
+    it comes from. None without a file, for a dry run, or without a steady-state measurement."""
+    import json
+
+    if not summary.is_file():
+        return None
+    try:
+        s = json.loads(summary.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{summary}: not a gpu_check summary ({e}); rerun experiments/gpu_check.sh or pass "
+                         "--gpu-check with another file") from None
+    run = (s.get("train") or {}).get("mle") or {}
+    tokens_per_s, params = (run.get("steady") or {}).get("tokens_per_s"), run.get("n_params")
+    if s.get("dry_run") or not tokens_per_s or not params:
+        return None
+    flops = 6.0 * float(params) * float(tokens_per_s) / float(run.get("world_size") or 1)
+    return flops, (f"measured by experiments/gpu_check.sh on {s.get('device', 'an unnamed device')} "
+                   f"({s.get('created', 'undated')}): MLE at {float(params) / 1e9:.2f}B params ran {tokens_per_s:,.0f} "
+                   f"tokens/s, {flops / 1e12:.0f} TFLOP/s per GPU ({flops / H100_BF16_FLOPS:.0%} of an H100's bf16 "
+                   f"peak); {summary}")
+
+
 def gpu_hours(stages: list[Stage], train_hours: float | None, eval_hours: float | None) -> float | None:
     """The plan's estimate: each training job's GPUs x ``train_hours`` plus each evaluation's GPUs x
     ``eval_hours`` (None when either is unknown)."""

@@ -226,6 +226,9 @@ def _running(p):
                    help="where the jobs run: this machine's pool (default), submitit's local executor, or SLURM "
                         "(a job per stage, evaluations afterok their training; numlearn.executors)")
     p.add_argument("--plan", action="store_true", help="print the job graph, resources and GPU-hours; submit nothing")
+    p.add_argument("--gpu-check", type=Path, default=Path("results/gpu_check/summary.json"),
+                   help="the GPU check's summary (experiments/gpu_check.sh) whose measured training rate --plan's "
+                        "GPU-hours use; without one, 35%% MFU of an H100 is assumed (and said)")
     p.add_argument("--partition", default=None, help="SLURM partition of every job")
     p.add_argument("--gpus-per-node", type=int, default=None, help="training GPUs (default: the preset's world size)")
     p.add_argument("--tasks-per-node", type=int, default=None,
@@ -590,13 +593,20 @@ def stage_resources(a, experiment: str, overrides: list[str]):
     train_h = eval_h = None
     basis = "no estimate: the preset declares no paper_row.params_b"
     if pr.get("params_b") and gpus:
+        from numlearn.executors import ASSUMED_MFU, H100_BF16_FLOPS, measured_train_flops
+
         tokens = float(pr.train_examples) * float(pr.tokens_per_example) * float(cfg.train.num_train_epochs)
         flops = 6.0 * float(pr.params_b) * 1e9 * tokens
-        train_h = flops / (gpus * 989e12 * 0.35) / 3600  # wall hours on `gpus` H100s at 35 % MFU
+        measured = measured_train_flops(Path(a.gpu_check)) if getattr(a, "gpu_check", None) else None
+        per_gpu = measured[0] if measured else H100_BF16_FLOPS * ASSUMED_MFU
+        train_h = flops / (gpus * per_gpu) / 3600  # wall hours of one training on `gpus` GPUs
         eval_h = float(pr.params_b) / 7.0 / max(tp, 1)  # ~1 GPU-hour per 7B model for the seven benchmarks
-        basis = (f"estimate, not measured: 6 x {pr.params_b}B params x {tokens / 1e6:.0f}M tokens at 35 % MFU of an "
-                 f"H100's 989 bf16 TFLOP/s per training ({train_h:.2f} h on {gpus} GPUs), and ~1 GPU-hour per 7B "
-                 "parameters per evaluation with vLLM; results/gpu_check will replace it once measured")
+        rate = (f"the measured rate, {per_gpu / 1e12:.0f} TFLOP/s per GPU (the same utilisation assumed at "
+                f"{pr.params_b}B) -- {measured[1]}" if measured else
+                f"{ASSUMED_MFU:.0%} MFU of an H100's {H100_BF16_FLOPS / 1e12:.0f} bf16 TFLOP/s (estimate, not measured: "
+                "experiments/gpu_check.sh's results/gpu_check/summary.json replaces it once measured)")
+        basis = (f"6 x {pr.params_b}B params x {tokens / 1e6:.0f}M tokens per training ({train_h:.2f} h on {gpus} "
+                 f"GPUs) at {rate}; ~1 GPU-hour per 7B parameters per evaluation with vLLM (estimate, not measured)")
     return train, ev, pub, train_h, eval_h, basis
 
 
