@@ -9,7 +9,7 @@ Variants, each in its own subprocess (peak RSS is per process):
   * ``fused_logits`` -- the same logits, numlearn's DEL on them (one [M, V] gradient buffer);
   * ``linear_ce`` / ``linear_del`` -- ``MLELoss`` / ``DELLoss.from_hidden``: chunked, the
     logits never exist whole.
-Peak memory is the process's high-water RSS minus its RSS once h and W exist, minus the size of
+Peak memory is the process's high-water RSS (reset once h and W exist) minus its RSS then, minus the size of
 grad W and grad h (every variant ends holding them): the loss stage beyond the inputs, the
 parameter and the gradients. Ratios are from this one run.
 Goals (issue): linear <= 0.10x HF's peak at 4 x 1500, DEL adds < 1 % over linear CE, time <= 1.10x.
@@ -36,7 +36,28 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int = V) -> dict:
+def reset_peak() -> bool:
+    """Reset the process's RSS high-water mark (Linux: /proc/self/clear_refs), so that building the inputs (a bf16
+    head is made through an fp32 copy) does not count as the loss stage's peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_mb() -> float:
+    """VmHWM (since the last reset), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmHWM"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int = V, dtype: str = "float32",
+        grad_accumulation: str = "float32") -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -48,10 +69,13 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     labels = torch.randint(100, V, (B, T), generator=g)
     digits = torch.rand(B, T, generator=g) < 0.35
     labels[digits] = torch.randint(15, 25, (int(digits.sum()),), generator=g)
-    h = (torch.randn(B * T, H, generator=g) * 0.5).requires_grad_()
-    W = torch.nn.Parameter(torch.randn(V, H, generator=g) * 0.02)
+    dt = getattr(torch, dtype)
+    h = (torch.randn(B * T, H, generator=g) * 0.5).to(dt).requires_grad_()
+    W = torch.nn.Parameter((torch.randn(V, H, generator=g) * 0.02).to(dt))
+    reset_peak()
     base = rss_mb()
-    grad_mb = (W.numel() + h.numel()) * 4 / 2**20  # grad W and grad h: every variant ends holding them
+    # grad W and grad h, in the parameters' dtype: every variant ends holding them
+    grad_mb = (W.numel() + h.numel()) * W.element_size() / 2**20
     fns = {"fused_logits": DELLoss(vocab, alpha=1.28), "linear_del": DELLoss(vocab, alpha=1.28),
            "linear_ce": MLELoss(vocab)}
     times = []
@@ -64,13 +88,15 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
         elif variant == "fused_logits":
             loss = fns[variant]((h @ W.t()).view(B, T, V), labels).loss
         else:
-            loss = fns[variant].from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk).loss
+            loss = fns[variant].from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk,
+                                            grad_accumulation=grad_accumulation).loss
         loss.backward()
         times.append(time.perf_counter() - t)
         del loss
         logits = None  # noqa: F841
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"variant": variant, "seconds": min(times), "peak_extra_mb": peak - base - grad_mb}
+    peak = peak_mb()
+    return {"variant": variant, "seconds": min(times), "peak_extra_mb": peak - base - grad_mb,
+            "chunk_block_mb": min(chunk, B * T) * V * 4 / 2**20}
 
 
 def main(argv=None) -> int:
@@ -80,6 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=V, help="smaller V / H for a quick check of the script only")
     ap.add_argument("--hidden", type=int, default=H)
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="h and W (the head) in this dtype; the losses compute in fp32 either way")
+    ap.add_argument("--grad-accumulation", choices=("float32", "weight"), default="float32",
+                    help="from_hidden's grad W accumulator: fp32 (default) or the weight's dtype")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -87,16 +117,18 @@ def main(argv=None) -> int:
     if a.one:
         v, shape = a.one.split("@")
         B, T = (int(x) for x in shape.split("x"))
-        print(json.dumps(one(v, B, T, a.reps, a.chunk, a.hidden, a.vocab)))
+        print(json.dumps(one(v, B, T, a.reps, a.chunk, a.hidden, a.vocab, a.dtype, a.grad_accumulation)))
         return 0
     import torch
 
-    out = {"H": a.hidden, "V": a.vocab, "threads": torch.get_num_threads(), "chunk": a.chunk, "reps": a.reps, "shapes": {}}
+    out = {"H": a.hidden, "V": a.vocab, "dtype": a.dtype, "grad_accumulation": a.grad_accumulation, "threads": torch.get_num_threads(), "chunk": a.chunk,
+           "reps": a.reps, "shapes": {}}
     for shape in a.shapes.split(","):
         rows = {}
         for v in a.variants.split(","):
             r = subprocess.run([sys.executable, __file__, "--one", f"{v}@{shape}", "--reps", str(a.reps),
-                                "--chunk", str(a.chunk), "--vocab", str(a.vocab), "--hidden", str(a.hidden)],
+                                "--chunk", str(a.chunk), "--vocab", str(a.vocab), "--hidden", str(a.hidden),
+                                "--dtype", a.dtype, "--grad-accumulation", a.grad_accumulation],
                                cwd=REPO, capture_output=True, text=True)
             if r.returncode != 0:
                 rows[v] = {"variant": v, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -105,17 +137,18 @@ def main(argv=None) -> int:
             print(f"  {shape} {v}: {rows[v]}", file=sys.stderr, flush=True)
         out["shapes"][shape] = rows
         ref = rows.get("hf_default", {})
-        print(f"\nB x T = {shape}, H = {a.hidden}, V = {a.vocab}, fp32, CPU threads {out['threads']}, chunk {a.chunk}, "
-              f"best of {a.reps}\n")
-        print("| variant | fwd+bwd s | time / HF | peak extra MB | mem / HF |")
-        print("|---|---|---|---|---|")
+        print(f"\nB x T = {shape}, H = {a.hidden}, V = {a.vocab}, {a.dtype} head (grad W accumulated in {a.grad_accumulation}), CPU threads {out['threads']}, "
+              f"chunk {a.chunk}, best of {a.reps}\n")
+        print("| variant | fwd+bwd s | time / HF | peak extra MB | mem / HF | peak / one fp32 chunk block |")
+        print("|---|---|---|---|---|---|")
         for v, r in rows.items():
             if "error" in r:
-                print(f"| {v} | failed: {r['error']} | | | |")
+                print(f"| {v} | failed: {r['error']} | | | | |")
                 continue
             rt = r["seconds"] / ref["seconds"] if "seconds" in ref else float("nan")
             rm = r["peak_extra_mb"] / ref["peak_extra_mb"] if "peak_extra_mb" in ref else float("nan")
-            print(f"| {v} | {r['seconds']:.2f} | {rt:.2f} | {r['peak_extra_mb']:.0f} | {rm:.3f} |")
+            print(f"| {v} | {r['seconds']:.2f} | {rt:.2f} | {r['peak_extra_mb']:.0f} | {rm:.3f} | "
+                  f"{r['peak_extra_mb'] / r['chunk_block_mb']:.2f} |")
         if "peak_extra_mb" in rows.get("linear_ce", {}) and "peak_extra_mb" in rows.get("linear_del", {}):
             d = rows["linear_del"]["peak_extra_mb"] / max(rows["linear_ce"]["peak_extra_mb"], 1e-9) - 1
             print(f"\nDEL over linear CE: peak memory {100 * d:+.1f} %, time "

@@ -134,6 +134,40 @@ def test_bad_shapes_and_chunk():
         fn.from_hidden(hidden, weight, labels, chunk_size=0)
 
 
+@pytest.mark.parametrize("accumulation", ["float32", "weight"])
+def test_bf16_head_in_vocabulary_blocks_is_within_bf16_rounding_of_fp32(accumulation):
+    """Issue 45 item 2: a bf16 head forms its products a vocabulary block at a time (V = 300 here: five blocks of
+    64 with chunk 5), never a [V, H] product or a whole-chunk bf16 copy, and grad W is summed over the chunks in
+    fp32 (default) or in bf16 (``grad_accumulation="weight"``, no fp32 [V, H] buffer). Value and gradients stay
+    within bf16 rounding of the fp32 path on the same (bf16-representable) inputs."""
+    from numlearn.losses.linear import _vocab_blocks
+
+    Vb, Hb = 300, 16
+    assert len(_vocab_blocks(5, Vb, Hb, 2)) == 5
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(3, 23, Hb, generator=g).bfloat16()
+    weight = (torch.randn(Vb, Hb, generator=g) * 0.3).bfloat16()
+    labels = torch.randint(0, Vb, (3, 23), generator=g)
+    labels[:, :5] = IGNORE_INDEX
+    labels[2, 7:10] = torch.tensor([3, 10, 5])
+    fn = DELLoss(VOCAB, alpha=1.28)
+    res = {}
+    for dt in (torch.float32, torch.bfloat16):
+        h, w = hidden.to(dt).requires_grad_(), weight.to(dt).requires_grad_()
+        r = fn.from_hidden(h, w, labels, chunk_size=5, grad_accumulation=accumulation)
+        r.loss.backward()
+        res[dt] = (r, h.grad, w.grad)
+    (r32, gh32, gw32), (r16, gh16, gw16) = res[torch.float32], res[torch.bfloat16]
+    assert gh16.dtype == gw16.dtype == torch.bfloat16 and float(r16.aux) > 0
+    torch.testing.assert_close(r16.loss, r32.loss, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(r16.aux, r32.aux, rtol=2e-2, atol=1e-2)
+    scale_h, scale_w = gh32.abs().max(), gw32.abs().max()
+    assert (gh16.float() - gh32).abs().max() <= 2e-2 * scale_h
+    assert (gw16.float() - gw32).abs().max() <= 2e-2 * scale_w
+    with pytest.raises(ValueError, match="grad_accumulation must be 'float32' or 'weight'"):
+        fn.from_hidden(hidden.float(), weight.float(), labels, grad_accumulation="bf16")
+
+
 def test_peak_memory_is_one_chunk_not_the_logits():
     """The forward and backward never hold an [M, V] block: with V large and a small chunk, the
     autograd graph saves only h, W, targets and one log-sum-exp per row."""

@@ -65,13 +65,30 @@ def _autocast_dtype(device_type: str):
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
+def _vocab_blocks(n: int, V: int, H: int, itemsize: int) -> list[slice]:
+    """The vocabulary blocks in which a low-precision head's products are formed: each block's transients (an
+    ``[n, Vb]`` and a ``[Vb, H]`` low-precision product and the ``[Vb, H]`` fp32 copy added into grad W) stay under
+    ~1/8 of the chunk's fp32 ``[n, V]`` block, so no ``[V, H]`` or whole-chunk low-precision copy ever exists."""
+    per_row = n * itemsize + H * (itemsize + 4)
+    step = min(V, max(64, (n * V * 4 // 8) // max(per_row, 1)))
+    return [slice(v0, min(v0 + step, V)) for v0 in range(0, V, step)]
+
+
 def _chunk_logits(h_c: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     # the logits in the model's (or autocast's) dtype, as ``lm_head(h)`` gives them, then fp32 --
-    # what the materialised path computes (logits = lm_head(h); the loss casts to float)
-    z = h_c.to(weight.dtype) @ weight.t()
-    if bias is not None:
-        z = z + bias.to(z.dtype)
-    return z.float()
+    # what the materialised path computes (logits = lm_head(h); the loss casts to float). A low-precision
+    # head forms them a vocabulary block at a time into the fp32 block (no whole low-precision copy).
+    h_c = h_c.to(weight.dtype)
+    if weight.dtype == torch.float32:
+        z = h_c @ weight.t()
+        return z + bias if bias is not None else z
+    z = torch.empty(h_c.shape[0], weight.shape[0], dtype=torch.float32, device=h_c.device)
+    for blk in _vocab_blocks(h_c.shape[0], weight.shape[0], weight.shape[1], weight.element_size()):
+        zb = h_c @ weight[blk].t()
+        if bias is not None:
+            zb = zb + bias[blk].to(zb.dtype)
+        z[:, blk] = zb
+    return z
 
 
 class _ChunkedLinearCE(torch.autograd.Function):
@@ -91,8 +108,10 @@ class _ChunkedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size: int, grad_enabled: bool,
-                transform: LogitTransform = IDENTITY, weights: torch.Tensor | None = None, per_row: bool = False):
+                transform: LogitTransform = IDENTITY, weights: torch.Tensor | None = None, per_row: bool = False,
+                grad_in_weight_dtype: bool = False):
         cdt = _autocast_dtype(h.device.type)
+        ctx.grad_in_weight_dtype = grad_in_weight_dtype
         with torch.autocast(h.device.type, enabled=False):
             return _ChunkedLinearCE._forward(ctx, h, weight, bias, idx, targets, rows, cols, chunk_size,
                                              grad_enabled, transform, cdt, weights, per_row)
@@ -103,7 +122,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         w_c = weight if cdt is None else weight.to(cdt)  # the head product in autocast's dtype
         b_c = bias if (cdt is None or bias is None) else bias.to(cdt)
         need = tuple(n and grad_enabled and not per_row for n in ctx.needs_input_grad[:3])
-        gh, gw, gb = _grad_buffers(h, weight, bias, need)
+        gh, gw, gb = _grad_buffers(h, weight, bias, need, ctx.grad_in_weight_dtype)
         out = torch.zeros(idx.shape[0] if per_row else (), dtype=torch.float32, device=h.device)
         _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, gb, out)
         # the digit columns' raw logits (h @ W.T + b); the caller applies the transform under autograd
@@ -129,7 +148,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         if ctx.per_row:  # the per-row upstream gradient is the rows' weight of a recomputed pass
             idx, targets, bias, weights = ctx.saved_tensors[7:]
             bias = bias if ctx.has_bias else None
-            gh, gw, gb = _grad_buffers(h, weight, bias, ctx.needs_input_grad[:3])
+            gh, gw, gb = _grad_buffers(h, weight, bias, ctx.needs_input_grad[:3], ctx.grad_in_weight_dtype)
             if g is not None:
                 row_w = g.float() * (weights.float() if ctx.has_weights else 1.0)
                 w_full = weight if ctx.cdt is None else weight.to(ctx.cdt)
@@ -148,14 +167,17 @@ class _ChunkedLinearCE(torch.autograd.Function):
                 gb.index_add_(0, cols, g_zd.sum(0))
             _add_products(g_zd, h[rows], w_c, gh, gw, rows, cols)
         return (gh, gw.to(weight.dtype) if gw is not None else None,
-                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None, None, None)
+                gb.to(weight.dtype) if gb is not None else None, None, None, None, None, None, None, None, None, None,
+                None)
 
 
-def _grad_buffers(h, weight, bias, need):
-    """Zeroed fp32 gradient buffers of (h, W, b) where ``need`` says so, else None."""
+def _grad_buffers(h, weight, bias, need, in_weight_dtype: bool = False):
+    """Zeroed gradient buffers of (h, W, b) where ``need`` says so, else None: grad h in h's dtype, grad W and b
+    in fp32 (``in_weight_dtype``: grad W in the weight's own dtype, the buffer that is returned)."""
     need_h, need_w, need_b = need
     gh = torch.zeros_like(h) if need_h else None
-    gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    gw = torch.zeros(weight.shape, dtype=weight.dtype if in_weight_dtype else torch.float32,
+                     device=weight.device) if need_w else None
     gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) \
         if need_b and bias is not None else None
     return gh, gw, gb
@@ -210,35 +232,55 @@ def _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, 
 def _add_products(gz, h_rows, w_cols, gh, gw, rows, cols) -> None:
     """grad h[rows] += gz @ W[cols]; grad W[cols] += gz.T @ h[rows] (cols None: all of W). The
     logits' gradient is taken in the head product's dtype (the model's, or autocast's), as autograd
-    hands it to lm_head's backward."""
-    gz = gz.to(w_cols.dtype)
+    hands it to lm_head's backward. A low-precision head over the whole vocabulary (cols None) does both a
+    vocabulary block at a time: grad h's partial products summed in fp32, grad W's rows added in place."""
     h_rows = h_rows.to(w_cols.dtype)
+    if cols is None and w_cols.dtype != torch.float32:
+        acc_h = torch.zeros(gz.shape[0], w_cols.shape[1], dtype=torch.float32, device=gz.device) \
+            if gh is not None else None
+        for blk in _vocab_blocks(gz.shape[0], w_cols.shape[0], w_cols.shape[1], w_cols.element_size()):
+            gzb = gz[:, blk].to(w_cols.dtype)
+            if acc_h is not None:
+                acc_h += gzb @ w_cols[blk]
+            if gw is not None:
+                if gw.dtype == gzb.dtype:
+                    gw[blk].addmm_(gzb.t(), h_rows)
+                else:
+                    gw[blk] += gzb.t() @ h_rows
+            del gzb
+        if acc_h is not None:
+            gh.index_add_(0, rows, acc_h.to(gh.dtype))
+        return
+    gz = gz.to(w_cols.dtype)
     if gh is not None:
         gh.index_add_(0, rows, (gz @ w_cols).to(gh.dtype))
     if gw is not None:
         if cols is None and gz.dtype == gw.dtype:
             gw.addmm_(gz.t(), h_rows)  # in place: no second [V, H] block
         elif cols is None:
-            gw += (gz.t() @ h_rows).float()
+            gw += (gz.t() @ h_rows).to(gw.dtype)
         else:
-            gw.index_add_(0, cols, (gz.t() @ h_rows).float())
+            gw.index_add_(0, cols, (gz.t() @ h_rows).to(gw.dtype))
 
 
 def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK,
                                transform: LogitTransform | None = None, weights: torch.Tensor | None = None,
-                               per_row: bool = False):
+                               per_row: bool = False, grad_in_weight_dtype: bool = False):
     """(summed CE of ``transform(h[idx] @ W.T + b)`` against ``targets``, fp32 ``[N, 10]`` logits
     ``transform(h[rows] @ W[cols].T + b[cols])``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a
     target; ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids; ``weights``: ``[K]``
     per-row weights of the CE sum (None: 1); ``per_row``: the ``[K]`` weighted CE of each row instead of the
-    sum (its backward recomputes the chunks)."""
+    sum (its backward recomputes the chunks); ``grad_in_weight_dtype``: accumulate grad W over the chunks in the
+    weight's dtype (for a bf16 head: no fp32 ``[V, H]`` buffer, at bf16 rounding per chunk, as Liger-Kernel does)
+    instead of fp32 (the default)."""
     transform = transform or IDENTITY
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"expected h [M, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
     if int(chunk_size) < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     ce_sum, zd = _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size),
-                                        torch.is_grad_enabled(), transform, weights, bool(per_row))
+                                        torch.is_grad_enabled(), transform, weights, bool(per_row),
+                                        bool(grad_in_weight_dtype))
     return ce_sum, (zd if transform.identity else transform(zd))
 
 
