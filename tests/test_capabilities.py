@@ -19,7 +19,7 @@ def _options(name: str) -> dict:
 
 def test_the_declared_table():
     table = {n: capabilities(n) for n in LOSSES}
-    assert {n for n, c in table.items() if c.linear_form} == {"mle", "ntl", "dist2", "del"}
+    assert {n for n, c in table.items() if c.linear_form} == {"mle", "ntl", "dist2", "del", "mixce"}
     assert {n for n, c in table.items() if c.needs_digit_vocab} == {"ntl", "dist2", "del"}
     assert {n for n, c in table.items() if c.needs_model_embeddings} == {"emo"}
     assert {n for n, c in table.items() if c.numeric_term} == {"ntl", "dist2", "del"}

@@ -39,21 +39,21 @@ def test_pre_shifted_labels_give_the_unshifted_loss(char_tokenizer, name):
     torch.testing.assert_close(got.loss, ref.loss)
     wrong = fn(logits, shift_targets(b["labels"]))  # the convention mixed up: another objective
     assert abs(float(wrong.loss.detach()) - float(ref.loss.detach())) > 1e-3
-    if name in ("ntl", "dist2", "del"):
+    if name in ("ntl", "dist2", "del", "mixce"):
         h, w = torch.randn(*b["labels"].shape, 8), torch.randn(len(char_tokenizer), 8)
         torch.testing.assert_close(fn.from_hidden(h, w, shift_targets(b["labels"]), labels_shifted=True).loss,
                                    fn.from_hidden(h, w, b["labels"]).loss)
 
 
 # -- item 6: from_hidden under autocast ---------------------------------------------------------
-@pytest.mark.parametrize("name", ["mle", "ntl", "dist2", "del"])
+@pytest.mark.parametrize("name", ["mle", "ntl", "dist2", "del", "mixce"])
 def test_from_hidden_under_bf16_autocast(char_tokenizer, name):
     b = _batch(char_tokenizer, TEXTS)
     torch.manual_seed(0)
     V = len(char_tokenizer)
     h = torch.randn(*b["labels"].shape, 16, requires_grad=True)
     w = (torch.randn(V, 16) * 0.3).requires_grad_()
-    fn = build_loss(name, char_tokenizer, **({"alpha": 0.5} if name != "mle" else {}))
+    fn = build_loss(name, char_tokenizer, **({"alpha": 0.5} if name not in ("mle", "mixce") else {}))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = fn.from_hidden(h, w, b["labels"], chunk_size=7)
         ref = fn(h @ w.t(), b["labels"])  # what the model's lm_head gives under autocast

@@ -258,6 +258,7 @@ def test_fused_linear_loss_refuses_what_it_cannot_do(tmp_path):
     with pytest.raises(ValueError, match="choose true, false or auto"):
         check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=yes"))
     check_run_options(_cfg(tmp_path, "loss=del", "loss.alpha=1", "train.fused_linear_loss=true", "train.fsdp=true"))
+    check_run_options(_cfg(tmp_path, "loss=mixce", "train.fused_linear_loss=true"))  # MixCE has a linear form
 
 
 @pytest.mark.parametrize("loss, fused", [("del", True), ("mle", True), ("emo", False), ("mixce", False)])

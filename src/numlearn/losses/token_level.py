@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from .base import LossOutput, TokenLoss, _digit_stats, digit_view, step_of
 from .digits import DigitVocab
+from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
 from .spans import IGNORE_INDEX, to_targets
 from .steps import StepCounts
 
@@ -97,6 +98,44 @@ class MixCELoss(_FullSoftmaxLoss):
         else:
             loss = self._mix(ce) * ce_tok.numel()
         return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels, labels_shifted))
+
+    #: MixCE's token loss is CE times a detached function of CE, so it has a linear form (issue 45): the chunked
+    #: CE per row (its backward recomputes the chunks) for the paper's form, the chunked CE sum for the official one
+    has_linear_form = True
+
+    def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
+                    lm_head_bias: torch.Tensor | None = None, step: StepCounts | None = None,
+                    labels_shifted: bool = False, *, chunk_size: int = DEFAULT_CHUNK,
+                    logit_transform: LogitTransform | None = None, position_ids: torch.Tensor | None = None,
+                    loss_weights: torch.Tensor | None = None, grad_accumulation: str = "float32",
+                    **deprecated_counts) -> LossOutput:
+        """``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels, ...)`` in value and gradient,
+        without the ``[B, T, V]`` logits (``TokenLoss.from_hidden`` documents the arguments). The paper's form
+        needs each token's CE before its gradient (the weight ``eta + (1 - eta) exp(-ce_t)``): the per-row pass,
+        whose backward recomputes each chunk once; the official form scales the chunked CE sum."""
+        num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
+        if grad_accumulation not in ("float32", "weight"):
+            raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {grad_accumulation!r}")
+        if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
+            raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
+                             f"and {tuple(labels.shape)}")
+        targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
+        flat_t = targets.reshape(-1)
+        idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
+        none = torch.zeros(0, dtype=torch.long, device=hidden.device)
+        g = self.vocab.gather(targets, lm_head_weight.shape[0], True) if self.vocab is not None else None
+        ce, z = linear_ce_and_digit_logits(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight, lm_head_bias, idx,
+                                           flat_t[idx], g.rows if g else none, g.cols if g else none, chunk_size,
+                                           logit_transform, None, self.form == "paper",
+                                           grad_accumulation == "weight")
+        denom = self._ce_denominator(flat_t.view(1, -1), num_items_in_batch)
+        if self.form == "paper":  # ce: [K] per-row CE
+            loss, ce = self._mix(ce).sum() / denom, ce.sum() / denom
+        else:  # ce: the summed CE
+            ce = ce / denom
+            loss = self._mix(ce) * idx.numel()
+        stats = _digit_stats(g.finish(z.detach(), flat_t)[0], g.digits) if g is not None else {}
+        return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=stats)
 
     def extra_repr(self) -> str:
         return f"eta={self.eta}, form={self.form!r}"
