@@ -9,7 +9,8 @@ Variants, each in its own subprocess (peak RSS is per process):
   * ``fused_logits`` -- the same logits, numlearn's DEL on them (one [M, V] gradient buffer);
   * ``linear_ce`` / ``linear_del`` -- ``MLELoss`` / ``DELLoss.from_hidden``: chunked, the
     logits never exist whole.
-Peak memory is the process's high-water RSS (reset once h and W exist) minus its RSS then, minus the size of
+Peak memory (CPU) is the process's high-water RSS (reset once h and W exist) minus its RSS then (on CUDA, with
+``--device cuda``: the allocator's peak since then minus what was allocated), minus the size of
 grad W and grad h (every variant ends holding them): the loss stage beyond the inputs, the
 parameter and the gradients. Ratios are from this one run.
 Goals (issue): linear <= 0.10x HF's peak at 4 x 1500, DEL adds < 1 % over linear CE, time <= 1.10x.
@@ -57,7 +58,7 @@ def peak_mb() -> float:
 
 
 def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int = V, dtype: str = "float32",
-        grad_accumulation: str = "float32") -> dict:
+        grad_accumulation: str = "float32", device: str = "cpu") -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -70,10 +71,17 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     digits = torch.rand(B, T, generator=g) < 0.35
     labels[digits] = torch.randint(15, 25, (int(digits.sum()),), generator=g)
     dt = getattr(torch, dtype)
-    h = (torch.randn(B * T, H, generator=g) * 0.5).to(dt).requires_grad_()
-    W = torch.nn.Parameter((torch.randn(V, H, generator=g) * 0.02).to(dt))
-    reset_peak()
-    base = rss_mb()
+    h = (torch.randn(B * T, H, generator=g) * 0.5).to(device=device, dtype=dt).requires_grad_()
+    W = torch.nn.Parameter((torch.randn(V, H, generator=g) * 0.02).to(device=device, dtype=dt))
+    labels = labels.to(device)
+    cuda = device.startswith("cuda")
+    if cuda:  # the device's allocator: peak allocated bytes since the inputs exist
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() / 2**20
+    else:
+        reset_peak()
+        base = rss_mb()
     # grad W and grad h, in the parameters' dtype: every variant ends holding them
     grad_mb = (W.numel() + h.numel()) * W.element_size() / 2**20
     fns = {"fused_logits": DELLoss(vocab, alpha=1.28), "linear_del": DELLoss(vocab, alpha=1.28),
@@ -81,6 +89,8 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     times = []
     for _ in range(reps):
         h.grad = W.grad = None
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter()
         if variant == "hf_default":
             logits = h @ W.t()
@@ -91,11 +101,14 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
             loss = fns[variant].from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk,
                                             grad_accumulation=grad_accumulation).loss
         loss.backward()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
         del loss
         logits = None  # noqa: F841
-    peak = peak_mb()
-    return {"variant": variant, "seconds": min(times), "peak_extra_mb": peak - base - grad_mb,
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else peak_mb()
+    return {"variant": variant, "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "grad_accumulation": grad_accumulation, "dtype": dtype, "seconds": min(times), "peak_extra_mb": peak - base - grad_mb,
             "chunk_block_mb": min(chunk, B * T) * V * 4 / 2**20}
 
 
@@ -110,6 +123,7 @@ def main(argv=None) -> int:
                     help="h and W (the head) in this dtype; the losses compute in fp32 either way")
     ap.add_argument("--grad-accumulation", choices=("float32", "weight"), default="float32",
                     help="from_hidden's grad W accumulator: fp32 (default) or the weight's dtype")
+    ap.add_argument("--device", default="cpu", help="cpu (peak: process RSS) or cuda (peak: allocated bytes)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None)
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -117,18 +131,19 @@ def main(argv=None) -> int:
     if a.one:
         v, shape = a.one.split("@")
         B, T = (int(x) for x in shape.split("x"))
-        print(json.dumps(one(v, B, T, a.reps, a.chunk, a.hidden, a.vocab, a.dtype, a.grad_accumulation)))
+        print(json.dumps(one(v, B, T, a.reps, a.chunk, a.hidden, a.vocab, a.dtype, a.grad_accumulation, a.device)))
         return 0
     import torch
 
-    out = {"H": a.hidden, "V": a.vocab, "dtype": a.dtype, "grad_accumulation": a.grad_accumulation, "threads": torch.get_num_threads(), "chunk": a.chunk,
+    out = {"H": a.hidden, "V": a.vocab, "device": a.device, "dtype": a.dtype, "grad_accumulation": a.grad_accumulation, "threads": torch.get_num_threads(), "chunk": a.chunk,
            "reps": a.reps, "shapes": {}}
     for shape in a.shapes.split(","):
         rows = {}
         for v in a.variants.split(","):
             r = subprocess.run([sys.executable, __file__, "--one", f"{v}@{shape}", "--reps", str(a.reps),
                                 "--chunk", str(a.chunk), "--vocab", str(a.vocab), "--hidden", str(a.hidden),
-                                "--dtype", a.dtype, "--grad-accumulation", a.grad_accumulation],
+                                "--dtype", a.dtype, "--grad-accumulation", a.grad_accumulation,
+                                "--device", a.device],
                                cwd=REPO, capture_output=True, text=True)
             if r.returncode != 0:
                 rows[v] = {"variant": v, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -137,7 +152,7 @@ def main(argv=None) -> int:
             print(f"  {shape} {v}: {rows[v]}", file=sys.stderr, flush=True)
         out["shapes"][shape] = rows
         ref = rows.get("hf_default", {})
-        print(f"\nB x T = {shape}, H = {a.hidden}, V = {a.vocab}, {a.dtype} head (grad W accumulated in {a.grad_accumulation}), CPU threads {out['threads']}, "
+        print(f"\nB x T = {shape}, H = {a.hidden}, V = {a.vocab}, {a.dtype} head (grad W accumulated in {a.grad_accumulation}), {a.device}, CPU threads {out['threads']}, "
               f"chunk {a.chunk}, best of {a.reps}\n")
         print("| variant | fwd+bwd s | time / HF | peak extra MB | mem / HF | peak / one fp32 chunk block |")
         print("|---|---|---|---|---|---|")

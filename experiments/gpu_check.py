@@ -14,7 +14,9 @@ Steps (each a real run of the project's code):
    tokens/s over the steps after the first logging interval (compilation and allocator warm-up
    excluded), peak GPU memory of training (run.json);
 3. generation with the hf backend on 64 GSM8K test prompts (the evaluation's prompt format) from
-   the DEL run's final/ model: prompts/s and tokens/s.
+   the DEL run's final/ model: prompts/s and tokens/s;
+4. the loss stage alone at the same head (experiments/bench_linear_loss.py --device cuda, bf16, 4 x 1500): HF's
+   default against the fused MLE / DEL, grad W summed in fp32 and in bf16 -- time and peak memory (issue 45).
 Goal (docs/paper-scale.md): the DEL term costs < 3 % time and < 2 % peak memory over MLE at this scale.
 """
 
@@ -167,6 +169,30 @@ def generate(a, p: dict, model_dir: str) -> dict:
             "prompts_per_s": round(len(prompts) / secs, 2), "nonempty_completions": sum(bool(o) for o in outs)}
 
 
+def loss_stage(a, work: Path) -> dict:
+    """The loss stage alone at Qwen2.5-1.5B's head (H = 1,536, V = 151,665), bf16, on the device
+    (experiments/bench_linear_loss.py, each variant in its own process): HF's default (full logits, fp32 CE), and
+    the fused linear MLE / DEL with grad W summed in fp32 (default) and in the weight's dtype. Time per fwd+bwd
+    (best of 3) and the allocator's peak beyond the inputs and the returned gradients, in fp32 chunk blocks
+    (issue 45's goal: <= 1.2)."""
+    out = {}
+    for acc, variants in (("float32", "hf_default,linear_ce,linear_del"), ("weight", "linear_ce,linear_del")):
+        f = work / f"loss_stage_{acc}.json"
+        cmd = [sys.executable, str(REPO / "experiments" / "bench_linear_loss.py"), "--variants", variants,
+               "--dtype", "float32" if a.dry_run else "bfloat16", "--grad-accumulation", acc, "--json", str(f)]
+        cmd += (["--device", "cpu", "--shapes", "1x64", "--hidden", "64", "--vocab", "4000", "--chunk", "32"]
+                if a.dry_run else ["--device", "cuda", "--shapes", "4x1500", "--chunk", "1024", "--reps", "3"])
+        t0 = time.time()
+        r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+        out[acc] = {"command": " ".join(cmd[1:]), "rc": r.returncode, "seconds": round(time.time() - t0, 1),
+                    "table": r.stdout[-2000:]}
+        if r.returncode == 0 and f.exists():
+            out[acc]["rows"] = json.loads(f.read_text())["shapes"]
+        else:
+            out[acc]["stderr"] = r.stderr[-1500:]
+    return out
+
+
 def probe_step(a, p: dict, runs: dict) -> dict:
     """The checkpoint probe (numlearn.probe) on GSM8K test solutions: the authors' released Qwen2.5-1.5B
     against its base where ``--released-dir`` holds both (``released/`` and ``base/``: weights brought with
@@ -242,6 +268,9 @@ def main(argv=None) -> int:
         print(f"{loss}: {json.dumps(runs[loss])}", flush=True)
     gen = generate(a, p, str(Path(runs["del"]["run_dir"]) / "final"))
     print(f"generation: {gen}", flush=True)
+    stage = loss_stage(a, work)
+    print("loss stage:\n" + "\n".join(f"[grad W in {k}] rc={v['rc']}\n{v['table']}" for k, v in stage.items()),
+          flush=True)
     probe = probe_step(a, p, runs)
     print(f"probe: {json.dumps(probe)[:2000]}", flush=True)
 
@@ -257,7 +286,7 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
         "packages": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "accelerate": accelerate.__version__},
-        "records": recs, "train": runs, "generation": gen, "probe": probe,
+        "records": recs, "train": runs, "generation": gen, "loss_stage": stage, "probe": probe,
         "del_cost_over_mle": cost, "goals": GOALS,
         "goals_met": {k: (cost[k] < GOALS[k]) for k in cost} if not a.dry_run else "not measured in a dry run",
     }

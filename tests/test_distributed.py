@@ -283,6 +283,11 @@ def test_gpu_check_dry_run(tmp_path, data_dir, shared_tokenizers):
         assert t["global_step"] == 2 and t["fused_linear_loss"] and t["world_size"] == 1
     assert s["train"]["del"]["aux_effective_weight"] == 1.28 and s["train"]["del"]["last_log"]["loss/aux"] > 0
     assert s["generation"]["prompts"] == 4 and s["generation"]["generated_tokens"] > 0
+    for acc, variants in (("float32", {"hf_default", "linear_ce", "linear_del"}), ("weight", {"linear_ce", "linear_del"})):
+        stage = s["loss_stage"][acc]
+        assert stage["rc"] == 0, stage.get("stderr")
+        rows = stage["rows"]["1x64"]
+        assert set(rows) == variants and all(r["grad_accumulation"] == acc and r["seconds"] > 0 for r in rows.values())
     # the probe step (issue 42): without released weights, the check's DEL run against its MLE run
     assert s["probe"]["rc"] == 0 and s["probe"]["what"] == "this check's DEL run vs its MLE run", s["probe"]
     assert set(s["probe"]["difference"]) >= {"digit_logit", "gap", "lowers_code"}
