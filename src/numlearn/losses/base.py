@@ -166,10 +166,25 @@ def step_of(step: StepCounts | int | torch.Tensor | None, legacy: dict, labels_s
     return StepCounts(**legacy)
 
 
-def _as_float(x) -> float | None:
-    if x is None:
-        return None
-    return float(x.item() if isinstance(x, torch.Tensor) else x)
+def trained_rows(flat_t: torch.Tensor, weights: torch.Tensor | None):
+    """(rows the chunked CE runs over, their weights, the targets with ignored ones clamped to a real id where
+    they are run). Eager: the trained rows only (``nonzero``: one host sync, no compute on prompt or padding
+    rows). Under ``torch.compile``: every row, the ignored ones with weight 0 -- the same loss and gradient with
+    no data-dependent shape, so the loss compiles as one graph (issue 45)."""
+    valid = flat_t != IGNORE_INDEX
+    if not torch.compiler.is_compiling():
+        idx = torch.nonzero(valid).squeeze(1)
+        return idx, (weights[idx] if weights is not None else None), flat_t
+    w = valid.float() if weights is None else weights * valid
+    return torch.arange(flat_t.shape[0], device=flat_t.device), w, flat_t.clamp_min(0)
+
+
+def _count_tensor(n, device) -> torch.Tensor:
+    """max(n, 1) as an fp32 scalar tensor on ``device``: a count given as a tensor stays where it is (no host
+    sync); a Python number becomes a constant."""
+    if isinstance(n, torch.Tensor):
+        return n.to(device=device, dtype=torch.float32).clamp_min(1.0)
+    return torch.full((), max(float(n), 1.0), device=device)
 
 
 class _CrossEntropyWithDigitLogits(torch.autograd.Function):
@@ -205,8 +220,8 @@ class _CrossEntropyWithDigitLogits(torch.autograd.Function):
         valid = targets != IGNORE_INDEX
         grad = logits2d.float() - lse.unsqueeze(1)  # the one [M, V] buffer of this loss
         grad.exp_()
-        idx = torch.nonzero(valid).squeeze(1)
-        grad[idx, targets[idx]] -= 1.0
+        # the target's -1 at the trained rows (a scatter over every row, 0 at the ignored ones: no nonzero)
+        grad.scatter_add_(1, targets.clamp_min(0).unsqueeze(1), -valid.to(grad.dtype).unsqueeze(1))
         scale = valid.to(grad.dtype) * g_ce  # g_ce: a scalar, or [M] (per_position)
         if ctx.weighted:
             scale = scale * weights
@@ -266,10 +281,10 @@ class TokenLoss:
 
     @staticmethod
     def _ce_denominator(targets: torch.Tensor, num_items_in_batch) -> torch.Tensor:
-        n = _as_float(num_items_in_batch)
-        if n is None:
-            n = float((targets != IGNORE_INDEX).sum())
-        return torch.tensor(max(n, 1.0), device=targets.device)
+        """max(the step's token count, or this batch's, 1) as an fp32 tensor on the targets' device; a count given
+        as a tensor stays on its device (no host sync)."""
+        n = (targets != IGNORE_INDEX).sum() if num_items_in_batch is None else num_items_in_batch
+        return _count_tensor(n, targets.device)
 
     def _ce_weights(self, targets: torch.Tensor, position_ids) -> tuple[torch.Tensor | None, int]:
         """Per-position CE weights of ``ce_normalization`` ([B*T] fp32, None for "token") and the
@@ -290,8 +305,8 @@ class TokenLoss:
             return ce_sum
         if self.ce_normalization == "token":
             return ce_sum / self._ce_denominator(targets, step.num_items_in_batch)
-        n = _as_float(step.num_examples_in_step)
-        return ce_sum / max(n if n is not None else float(n_local), 1.0)
+        n = step.num_examples_in_step
+        return ce_sum / _count_tensor(n if n is not None else n_local, ce_sum.device)
 
     def _output(self, ce: torch.Tensor, targets: torch.Tensor, aux_rows: torch.Tensor | None = None,
                 aux: torch.Tensor | None = None, stats: dict | None = None) -> LossOutput:
@@ -363,7 +378,7 @@ class DigitLoss(TokenLoss):
         ce_w, n_ex = self._ce_weights(targets, position_ids)
         lw = position_weights(loss_weights, labels.to(logits.device), labels_shifted)
         ce_w, none = _times(ce_w, lw), self.reduction == "none"
-        g = self.vocab.gather(targets, V, self.float_spans)  # DigitVocab or NumberVocab: one protocol
+        g = self.vocab.gather(targets, V, self.float_spans, dense=True)  # DigitVocab or NumberVocab: one protocol
         ce_sum, z = _CrossEntropyWithDigitLogits.apply(logits.reshape(-1, V), flat_t, g.rows, g.cols, ce_w, none)
         zd, number_view = g.finish(z, flat_t)
         return self._combine(ce_sum, zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
@@ -401,11 +416,10 @@ class DigitLoss(TokenLoss):
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         h2 = hidden.reshape(-1, hidden.shape[-1])
-        idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
         ce_w, n_ex = self._ce_weights(targets, position_ids)
         lw = position_weights(loss_weights, labels.to(hidden.device), labels_shifted)
         ce_w = _times(ce_w, lw)
-        ce_w = ce_w[idx] if ce_w is not None else None
+        idx, ce_w, ce_t = trained_rows(flat_t, ce_w)
         per_row = self.reduction == "none"
 
         def spread(ce_rows):  # reduction="none": the [K] rows' CE at their flat positions
@@ -415,12 +429,12 @@ class DigitLoss(TokenLoss):
 
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
             none = torch.zeros(0, dtype=torch.long, device=hidden.device)
-            ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], none, none,
+            ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], none, none,
                                                    chunk_size, logit_transform, ce_w, per_row, in_w)
             return self._output(self._ce(spread(ce_sum), targets, step, n_ex), targets)
         # the digit columns only (number tokens: their <= 1,110 columns), h @ W[cols].T: never the full logits
-        g = self.vocab.gather(targets, lm_head_weight.shape[0], self.float_spans)
-        ce_sum, z = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, flat_t[idx], g.rows, g.cols,
+        g = self.vocab.gather(targets, lm_head_weight.shape[0], self.float_spans, dense=True)
+        ce_sum, z = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], g.rows, g.cols,
                                                chunk_size, logit_transform, ce_w, per_row, in_w)
         zd, number_view = g.finish(z, flat_t)
         return self._combine(spread(ce_sum), zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
@@ -444,7 +458,7 @@ class DigitLoss(TokenLoss):
         targets, lw = batch.targets, batch.lw
         ce = self._ce(ce_sum, targets, step, batch.n_examples)
 
-        denom = max(float(dt.count), 1.0)
+        denom = dt.size().clamp_min(1.0)  # tensors throughout: no host sync (issue 45)
         per_digit = None  # example_mean: 1 / (digit targets of the digit's example)
         if (self.aux_normalization == "step" and step.num_digits_in_batch is None
                 and step.num_items_in_batch is not None and self.alpha > 0):
@@ -454,15 +468,16 @@ class DigitLoss(TokenLoss):
                        "step's (under gradient accumulation the step's objective differs); pass both: "
                        "step=numlearn.losses.step_counts(micro_batches, loss_fn)")
         if self.aux_normalization == "step" and step.num_digits_in_batch is not None:
-            denom = max(_as_float(step.num_digits_in_batch), 1.0)
+            denom = _count_tensor(step.num_digits_in_batch, zd.device)
         elif self.aux_normalization == "microbatch_mean":
-            denom *= max(int(step.num_microbatches_in_step or 1), 1)
+            k = step.num_microbatches_in_step
+            denom = denom * _count_tensor(k if k is not None else 1, zd.device)
         elif self.aux_normalization == "example_mean":
-            per_digit, n_local = per_example_weights(example_ids(targets, batch.position_ids).reshape(-1)[dt.rows])
-            n = _as_float(step.num_digit_examples_in_step)
-            denom = max(n if n is not None else float(n_local), 1.0)
+            per_digit, n_local = self._per_digit_example_weights(dt, example_ids(targets, batch.position_ids))
+            n = step.num_digit_examples_in_step
+            denom = _count_tensor(n if n is not None else n_local, zd.device)
         if self.reduction == "sum":
-            denom = 1.0
+            denom = torch.ones((), device=zd.device)
         if lw is not None:
             per_digit = _times(per_digit, lw[dt.rows])
         if self.alpha > 0:
@@ -471,10 +486,20 @@ class DigitLoss(TokenLoss):
                 term = self.number_term(zn, target_ids)[token_of_digit]  # [N]: the token's term at each digit
             else:
                 term = self.digit_term(zd, dt)
-            aux = self.alpha * (term if per_digit is None else term * per_digit) / denom  # [N]
+            aux = dt.masked(self.alpha * (term if per_digit is None else term * per_digit) / denom)  # [N]
         else:
             aux = zd.sum(-1) * 0.0  # keeps the graph so backward works with no digits / alpha 0
         return self._output(ce, targets, dt.rows, aux, _digit_stats(zd.detach(), dt))
+
+    @staticmethod
+    def _per_digit_example_weights(dt, examples: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``[N]`` 1 / (digit targets of each digit's example), and the number of examples with a digit target
+        (``aux_normalization="example_mean"``; counted over the digit rows only, in either form)."""
+        keys = examples.reshape(-1)[dt.rows]
+        if dt.mask is None:
+            return per_example_weights(keys)
+        w, n = per_example_weights(keys[dt.mask])  # the distinct examples: a data-dependent count
+        return torch.zeros(keys.shape[0], dtype=w.dtype, device=w.device).masked_scatter(dt.mask, w), n
 
     def extra_repr(self) -> str:
         return (f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, "
@@ -489,12 +514,12 @@ def digit_summary(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]
     the paper's Figure 1 view) and the per-target ``entropies``."""
     logp = torch.log_softmax(zd.float(), dim=-1)
     p = logp.exp()
-    ent = -(p * logp).sum(-1)
+    ent = dt.masked(-(p * logp).sum(-1))
     dist = (torch.arange(10, device=zd.device) - dt.values.unsqueeze(1)).abs()
-    by_dist = torch.zeros(10, device=zd.device).index_add_(0, dist.reshape(-1), p.reshape(-1))
-    return {"n": torch.tensor(float(dt.count), device=zd.device),
-            "correct": (zd.argmax(-1) == dt.values).float().sum(), "entropy": ent.sum(),
-            "nll": -logp.gather(-1, dt.values.long().unsqueeze(-1)).sum(),
+    by_dist = torch.zeros(10, device=zd.device).index_add_(0, dist.reshape(-1), dt.masked(p).reshape(-1))
+    return {"n": dt.size().to(zd.device),
+            "correct": dt.masked((zd.argmax(-1) == dt.values).float()).sum(), "entropy": ent.sum(),
+            "nll": -dt.masked(logp.gather(-1, dt.values.long().unsqueeze(-1)).squeeze(-1)).sum(),
             "mass_by_distance": by_dist, "entropies": ent}
 
 
@@ -502,18 +527,20 @@ def _digit_stats(zd: torch.Tensor, dt: DigitTargets) -> dict[str, torch.Tensor]:
     """Per-batch means for logging: ``digit_acc``, ``digit_entropy``, ``digit_logit`` (the raw digit
     logits' mean, which softmax ignores and DEL's code form does not), ``n_digits``."""
     s = digit_summary(zd, dt)
-    n = max(float(s["n"]), 1.0)
+    n = s["n"].clamp_min(1.0)
     return {"digit_acc": s["correct"] / n, "digit_entropy": s["entropy"] / n,
-            "digit_logit": zd.detach().float().mean() if dt.count else zd.new_zeros(()), "n_digits": s["n"]}
+            "digit_logit": dt.masked(zd.detach().float().mean(-1)).sum() / n, "n_digits": s["n"]}
 
 
 def digit_view(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab | NumberVocab, float_spans: bool = True,
-               labels_shifted: bool = False, ignore_index: int = IGNORE_INDEX) -> tuple[torch.Tensor, DigitTargets]:
+               labels_shifted: bool = False, ignore_index: int = IGNORE_INDEX,
+               dense: bool = False) -> tuple[torch.Tensor, DigitTargets]:
     """(fp32 ``[N, 10]`` digit logits, DigitTargets) of a batch, without gradients: for analysis
-    (digit distributions per loss, the paper's Figure 1) rather than training."""
+    (digit distributions per loss, the paper's Figure 1) rather than training. ``dense``: every position, with
+    the mask (``DigitTargets.mask``; the losses' statistics, no host sync)."""
     with torch.no_grad():
         targets = to_targets(labels.to(logits.device), labels_shifted, ignore_index)
-        g = vocab.gather(targets, logits.shape[-1], float_spans)
+        g = vocab.gather(targets, logits.shape[-1], float_spans, dense=dense)
         z = logits.reshape(-1, logits.shape[-1])[g.rows.unsqueeze(1), g.cols.unsqueeze(0)].float()
         zd, _ = g.finish(z, targets.reshape(-1))
         dt = g.digits

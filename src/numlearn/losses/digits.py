@@ -78,9 +78,11 @@ class DigitVocab:
             self._cols[key] = torch.tensor(self.digit_ids, dtype=torch.long, device=device)
         return self._cols[key]
 
-    def gather(self, targets: torch.Tensor, vocab_size: int, float_spans: bool = True) -> DigitGather:
-        """The digit targets of ``targets`` (``[B, T]``, shifted) and their ten digit columns."""
-        dt = number_spans(targets, self, float_spans=float_spans)
+    def gather(self, targets: torch.Tensor, vocab_size: int, float_spans: bool = True,
+               dense: bool = False) -> DigitGather:
+        """The digit targets of ``targets`` (``[B, T]``, shifted) and their ten digit columns; ``dense``: at every
+        position, with a mask (the losses' sync-free form, ``DigitTargets.mask``)."""
+        dt = number_spans(targets, self, float_spans=float_spans, dense=dense)
         return DigitGather(dt, dt.rows, self.columns(targets.device), _as_digit_logits)
 
 

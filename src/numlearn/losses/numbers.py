@@ -95,9 +95,12 @@ class NumberVocab:
             self._by_len[key] = torch.tensor([float(int(s)) for s in self.strings], device=device)
         return self._by_len[key]
 
-    def gather(self, targets: torch.Tensor, vocab_size: int, float_spans: bool = True) -> DigitGather:
+    def gather(self, targets: torch.Tensor, vocab_size: int, float_spans: bool = True,
+               dense: bool = False) -> DigitGather:
         """The digit targets of ``targets`` (``[B, T]``, shifted: each number token expanded to its digits) and
-        the number-token columns of the positions that hold them, whose digit marginals are the digit logits."""
+        the number-token columns of the positions that hold them, whose digit marginals are the digit logits.
+        Always the compact form (``dense`` is accepted for the shared protocol: a number token's digits have no
+        fixed place in the batch)."""
         nt = number_targets(targets, self, vocab_size, float_spans=float_spans)
         pos, inv = torch.unique_consecutive(nt.digits.rows, return_inverse=True)
 

@@ -36,16 +36,35 @@ class DigitTargets:
                 k-th position after the decimal point; docs/method.md).
     int_place:  [N] float32, place ``r`` (units 1, tens 2, ...) within a run of digits where "."
                 breaks the run -- DIST2's integer place weight.
+    mask:       None (compact: every row is a digit target), or ``[N]`` bool over every position of the
+                batch (dense: ``rows`` is ``arange(B*T)``, the other fields are 0 where ``mask`` is False).
+                The losses take the dense form: its shapes do not depend on the data, so the loss needs no
+                host sync and compiles as one graph (issue 45); analysis (``digit_view``) takes the compact one.
     """
 
     rows: torch.Tensor
     values: torch.Tensor
     del_weight: torch.Tensor
     int_place: torch.Tensor
+    mask: torch.Tensor | None = None
 
     @property
     def count(self) -> int:
-        return int(self.rows.numel())
+        """The number of digit targets (a host sync in the dense form)."""
+        return int(self.rows.numel()) if self.mask is None else int(self.mask.sum())
+
+    def size(self) -> torch.Tensor:
+        """The number of digit targets as an fp32 tensor on the rows' device (no sync)."""
+        if self.mask is None:
+            return torch.full((), float(self.rows.numel()), device=self.rows.device)
+        return self.mask.sum().float()
+
+    def masked(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (``[N]`` or ``[N, k]``) with its non-digit rows set to 0 (the dense form; as it is otherwise)."""
+        if self.mask is None:
+            return x
+        m = self.mask if x.dim() == 1 else self.mask.view(-1, *([1] * (x.dim() - 1)))
+        return torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def shift_targets(labels: torch.Tensor) -> torch.Tensor:
@@ -95,7 +114,9 @@ def _run_bounds(member: torch.Tensor, flat_idx: torch.Tensor) -> tuple[torch.Ten
 
 def digit_values(targets: torch.Tensor, vocab: DigitIds) -> tuple[torch.Tensor, torch.Tensor]:
     """``[B, T]`` targets -> (is_digit [B, T] bool, value [B, T] long; 0 where not a digit)."""
-    ids = torch.as_tensor(vocab.digit_ids, device=targets.device)
+    # the ids made once per device where the vocabulary keeps them (DigitVocab.columns), not per call
+    ids = vocab.columns(targets.device) if hasattr(vocab, "columns") else \
+        torch.as_tensor(vocab.digit_ids, device=targets.device)
     eq = targets.unsqueeze(-1) == ids  # [B, T, 10], small
     return eq.any(-1), eq.to(torch.int8).argmax(-1).long()
 
@@ -104,12 +125,14 @@ def number_spans(
     targets: torch.Tensor,
     vocab: DigitIds,
     float_spans: bool = True,
+    dense: bool = False,
 ) -> DigitTargets:
     """Locate digit targets and their place weights.
 
     targets: ``[B, T]`` long, already shifted (see ``shift_targets``), IGNORE_INDEX where not trained.
     float_spans: True -> "." inside a run joins integer and fraction (DEL's floating-point
         spans); False -> "." breaks runs, so every digit run is weighted as an integer.
+    dense: the dense form (``DigitTargets.mask``: every position, no data-dependent shape), as the losses use it.
 
     Weights (docs/method.md): a span with its first "." at offset d > 0 gives integer digits
     ``2 * (d - offset)`` and the k-th position after the point ``1.02^-(k+1)`` (later "." tokens
@@ -153,6 +176,11 @@ def number_spans(
         del_w = 2.0 * int_place
 
     mask = is_digit.reshape(-1)
+    if dense:  # every position, zeros where no digit: no data-dependent shape
+        zero = torch.zeros((), device=targets.device)
+        return DigitTargets(rows=flat_idx.reshape(-1), values=value.reshape(-1),
+                            del_weight=torch.where(mask, del_w.reshape(-1).float(), zero),
+                            int_place=torch.where(mask, int_place.reshape(-1), zero), mask=mask)
     rows = torch.nonzero(mask, as_tuple=False).squeeze(-1)
     return DigitTargets(
         rows=rows,

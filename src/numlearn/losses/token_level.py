@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LossOutput, TokenLoss, _digit_stats, digit_view, step_of
+from .base import LossOutput, TokenLoss, _digit_stats, digit_view, step_of, trained_rows
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
 from .spans import IGNORE_INDEX, to_targets
@@ -41,20 +41,30 @@ class _FullSoftmaxLoss(TokenLoss):
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
         targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index).reshape(-1)
-        valid = targets != IGNORE_INDEX
-        rows = torch.nonzero(valid).squeeze(1)
-        logits2d = logits.reshape(-1, logits.shape[-1])[rows].float()  # [n_valid, V]
-        return targets, rows, logits2d, targets[rows]
+        rows, valid, y = trained_rows(targets, None)  # eager: the trained rows; compiled: all, weight 0 if ignored
+        logits2d = logits.reshape(-1, logits.shape[-1])[rows].float()  # [n_valid (or all), V]
+        return targets, valid, logits2d, y[rows]
 
     def _stats(self, logits, labels, labels_shifted=False):
         if self.vocab is None:
             return {}
         zd, dt = digit_view(logits.detach(), labels, self.vocab, labels_shifted=labels_shifted,
-                            ignore_index=self.ignore_index)
+                            ignore_index=self.ignore_index, dense=True)
         return _digit_stats(zd, dt)
 
 
 FORMS = ("paper", "official")
+
+
+def _weighted(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """Per-row values with the ignored rows' set to 0 (``valid``: the compiled form's row weights; None in
+    eager, where only trained rows are there)."""
+    return x if valid is None else x * valid
+
+
+def _n_rows(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """The trained rows' count, as a tensor (no sync)."""
+    return torch.full((), float(x.shape[0]), device=x.device) if valid is None else valid.sum()
 
 
 def _check_form(loss: str, form: str) -> str:
@@ -89,14 +99,14 @@ class MixCELoss(_FullSoftmaxLoss):
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
                  loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
         num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
-        targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
-        ce_tok = F.cross_entropy(logits2d, y, reduction="none")
+        targets, valid, logits2d, y = self._prepare(logits, labels, labels_shifted)
+        ce_tok = _weighted(F.cross_entropy(logits2d, y, reduction="none"), valid)
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
         ce = ce_tok.sum() / denom
         if self.form == "paper":
-            loss = self._mix(ce_tok).sum() / denom
+            loss = self._mix(ce_tok).sum() / denom  # an ignored row's ce is 0, so is its mix
         else:
-            loss = self._mix(ce) * ce_tok.numel()
+            loss = self._mix(ce) * _n_rows(ce_tok, valid)
         return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=self._stats(logits, labels, labels_shifted))
 
     #: MixCE's token loss is CE times a detached function of CE, so it has a linear form (issue 45): the chunked
@@ -121,19 +131,19 @@ class MixCELoss(_FullSoftmaxLoss):
                              f"and {tuple(labels.shape)}")
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
-        idx = torch.nonzero(flat_t != IGNORE_INDEX).squeeze(1)
+        idx, valid, ce_t = trained_rows(flat_t, None)  # compiled: every row, weight 0 where ignored
         none = torch.zeros(0, dtype=torch.long, device=hidden.device)
-        g = self.vocab.gather(targets, lm_head_weight.shape[0], True) if self.vocab is not None else None
+        g = self.vocab.gather(targets, lm_head_weight.shape[0], True, dense=True) if self.vocab is not None else None
         ce, z = linear_ce_and_digit_logits(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight, lm_head_bias, idx,
-                                           flat_t[idx], g.rows if g else none, g.cols if g else none, chunk_size,
-                                           logit_transform, None, self.form == "paper",
+                                           ce_t[idx], g.rows if g else none, g.cols if g else none, chunk_size,
+                                           logit_transform, valid, self.form == "paper",
                                            grad_accumulation == "weight")
         denom = self._ce_denominator(flat_t.view(1, -1), num_items_in_batch)
-        if self.form == "paper":  # ce: [K] per-row CE
+        if self.form == "paper":  # ce: [K] per-row CE (0 at an ignored row)
             loss, ce = self._mix(ce).sum() / denom, ce.sum() / denom
         else:  # ce: the summed CE
             ce = ce / denom
-            loss = self._mix(ce) * idx.numel()
+            loss = self._mix(ce) * _n_rows(idx, valid)
         stats = _digit_stats(g.finish(z.detach(), flat_t)[0], g.digits) if g is not None else {}
         return LossOutput(loss=loss, ce=ce.detach(), aux=(loss - ce).detach(), stats=stats)
 
@@ -194,21 +204,21 @@ class EMOLoss(_FullSoftmaxLoss):
             # bound before the Trainer placed the model: the cost matrix follows the logits once, not a host
             # -> device copy of [V, H] every micro-batch (~889 MB for Qwen2.5-1.5B)
             self.embedding = self.embedding.to(logits.device)
-        targets, _, logits2d, y = self._prepare(logits, labels, labels_shifted)
+        targets, valid, logits2d, y = self._prepare(logits, labels, labels_shifted)
         E = self.embedding
         if E.shape[0] < logits2d.shape[1]:
             raise ValueError(f"EMO embedding has {E.shape[0]} rows but logits have {logits2d.shape[1]} columns")
         E = E[: logits2d.shape[1]]
-        ce_tok = F.cross_entropy(logits2d, y, reduction="none")
+        ce_tok = _weighted(F.cross_entropy(logits2d, y, reduction="none"), valid)
         q = torch.softmax(logits2d, dim=-1)
         q_y = q.gather(1, y.unsqueeze(1))
         q_minus = q.scatter(1, y.unsqueeze(1), q_y - q_y.detach())  # q - stopgrad(q * onehot(y))
-        emo_tok = 1.0 - ((q_minus @ E) * E[y]).sum(-1)
+        emo_tok = _weighted(1.0 - ((q_minus @ E) * E[y]).sum(-1), valid)
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
         ce = ce_tok.sum() / denom
         if self.form == "official":
-            per_tok = 0.5 * ((ce / (emo_tok + 1e-10)).detach() * emo_tok + ce)
-            loss = per_tok.sum() / max(per_tok.numel(), 1)
+            per_tok = _weighted(0.5 * ((ce / (emo_tok + 1e-10)).detach() * emo_tok + ce), valid)
+            loss = per_tok.sum() / _n_rows(per_tok, valid).clamp_min(1.0)
         else:
             emo = emo_tok.sum() / denom
             loss = 0.5 * (ce + (ce / emo.clamp_min(1e-12)).detach() * emo)
