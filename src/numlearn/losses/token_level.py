@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from .base import LossOutput, TokenLoss, _digit_stats, digit_view, step_of, trained_rows
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
-from .spans import IGNORE_INDEX, to_targets
+from .spans import to_targets
 from .steps import StepCounts
 
 
