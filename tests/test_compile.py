@@ -134,3 +134,66 @@ def test_the_dense_form_and_the_compact_one_are_the_same_digits():
         torch.testing.assert_close(getattr(d, field)[d.mask], getattr(c, field))
         assert not getattr(d, field)[~d.mask].any()
     assert torch.equal(d.rows[d.mask], c.rows)
+
+
+# -- host reads in eager: what a GPU step waits for -------------------------------------------------------------
+def _host_reads(fn):
+    """The ops of ``fn()`` that read a tensor back to the host or give a data-dependent shape, each with the
+    numlearn function it came from."""
+    import traceback
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in ("_local_scalar_dense", "nonzero", "unique", "_unique2", "unique_consecutive", "bincount"):
+                frames = [f for f in traceback.extract_stack()[:-1] if "/numlearn/" in f.filename]
+                self.ops.append((name, frames[-1].name if frames else "?"))
+            return func(*args, **(kwargs or {}))
+
+    with Reads() as r:
+        fn()
+    return r.ops
+
+
+def test_eager_reads_back_only_the_label_check_and_the_trained_rows():
+    """Issue 45 item 3 in eager: step_counts reads nothing back per micro-batch but the label check (on CPU; on an
+    accelerator that check runs on the device, torch._assert_async), the loss on logits nothing else, the loss on
+    hidden states one nonzero (the trained rows, so that no compute goes to prompt rows), and LossBridge's logged
+    parts stay on the device until pop_means. Before: 7 reads per micro-batch in step_counts, F.one_hot's range
+    check twice per DEL call, five float() per micro-batch in LossBridge."""
+    from types import SimpleNamespace
+
+    from numlearn.integrations.hf import LossBridge
+    from numlearn.losses import step_counts
+
+    logits, hidden, W, labels = _batch()
+    fn = _loss("del")
+    micro = [labels, labels.flip(0), labels, labels.flip(1)]
+    counts = {}
+    reads = _host_reads(lambda: counts.setdefault("step", step_counts(micro, fn)))
+    assert reads == [("_local_scalar_dense", "to_targets")] * len(micro)
+    step = counts["step"]
+    from numlearn.losses.spans import count_digit_targets, count_examples, count_targets
+
+    assert step.num_items_in_batch == sum(count_targets(m) for m in micro) and step.num_microbatches_in_step == 4
+    assert step.num_digits_in_batch == sum(count_digit_targets(m, VOCAB) for m in micro)
+    assert (step.num_examples_in_step, step.num_digit_examples_in_step) == \
+        tuple(sum(c) for c in zip(*(count_examples(m, VOCAB) for m in micro)))
+    x = logits.clone().requires_grad_()
+    assert _host_reads(lambda: fn(x, labels, step=step).loss.backward()) == [("_local_scalar_dense", "to_targets")]
+    h = hidden.clone().requires_grad_()
+    assert _host_reads(lambda: fn.from_hidden(h, W, labels, step=step).loss.backward()) == \
+        [("_local_scalar_dense", "to_targets"), ("nonzero", "trained_rows")]
+    bridge = LossBridge(fn)  # as NumlearnTrainerMixin drives it: the step's counts, then its micro-batches
+    bridge.managed = bridge.in_training_step = True
+    bridge.microbatches_in_step = step.num_microbatches_in_step
+    bridge.start_step(step.num_digits_in_batch, step.num_items_in_batch,
+                      (step.num_examples_in_step, step.num_digit_examples_in_step))
+    out = SimpleNamespace(logits=logits)
+    reads = _host_reads(lambda: [bridge.compute(out, m) for m in micro])
+    assert [r for r in reads if r[1] != "to_targets"] == [], reads
+    assert set(bridge.pop_means()) >= {"loss/ce", "loss/aux", "train/digit_acc"}

@@ -105,7 +105,7 @@ class LossBridge:
         self.step_tokens: int | None = None
         self.step_examples: tuple[int | None, int | None] = (None, None)  # (with targets, with digit targets)
         self.microbatches_in_step: int = 1  # GA x processes, for aux_normalization=microbatch_mean
-        self._sums: dict[str, float] = defaultdict(float)
+        self._sums: dict[str, float | torch.Tensor] = defaultdict(float)
         self._n = 0  # micro-batches since the last log
         self._steps = 0  # optimizer steps since the last log
         self._digits: int | None = None  # their global digit counts, summed (the same on every rank)
@@ -204,11 +204,12 @@ class LossBridge:
         else:
             out = self.loss_fn(outputs.logits, labels, labels_shifted=labels_shifted, **kw)
         if torch.is_grad_enabled():
-            self._sums["loss/ce"] += float(out.ce)
-            self._sums["loss/aux"] += float(out.aux)
+            # summed on the device; read back once per logging step (pop_means), not per micro-batch (issue 45)
+            self._sums["loss/ce"] += out.ce.detach().double()
+            self._sums["loss/aux"] += out.aux.detach().double()
             for k in ("digit_acc", "digit_entropy", "digit_logit"):
                 if k in out.stats:
-                    self._sums[f"train/{k}"] += float(out.stats[k])
+                    self._sums[f"train/{k}"] += out.stats[k].detach().double()
             self._n += 1
         return out
 
@@ -236,7 +237,7 @@ class LossBridge:
         keys = sorted(self._sums)
         share = [k for k in keys if k.startswith("loss/")]
         stats = [k for k in keys if k.startswith("train/")]
-        vals = torch.tensor([self._sums[k] for k in share + stats] + [float(self._n)], dtype=torch.float64)
+        vals = torch.tensor([float(self._sums[k]) for k in share + stats] + [float(self._n)], dtype=torch.float64)
         if all_reduce is not None:
             vals = all_reduce(vals)
         n_micro, steps = float(vals[-1]), self._steps

@@ -19,6 +19,13 @@ DEL_FORMS = ("code", "paper", "binary_entropy", "digit_ce")
 NTL_LEVELS = ("digit", "number")
 
 
+
+def _onehot10(y: torch.Tensor) -> torch.Tensor:
+    """``[N]`` digits -> ``[N, 10]`` bool one-hot. ``F.one_hot`` checks its input's range on the host (two reads
+    back per call); digit targets are 0..9 by construction."""
+    return y.unsqueeze(-1) == torch.arange(10, device=y.device)
+
+
 class MLELoss(DigitLoss):
     """Plain token cross-entropy. Digit statistics are still reported, so MLE runs can be compared
     with the others on digit accuracy and digit-distribution entropy. With a tokenizer that merges
@@ -136,7 +143,7 @@ class Dist2Loss(DigitLoss):
         logits = -((y.float().unsqueeze(1) - k) ** 2) / self.tau
         if self.beta is None:
             return torch.softmax(logits, dim=-1)
-        onehot = F.one_hot(y, 10).bool()
+        onehot = _onehot10(y)
         rest = torch.softmax(logits.masked_fill(onehot, float("-inf")), dim=-1)
         return torch.where(onehot, torch.full_like(rest, self.beta), (1.0 - self.beta) * rest)
 
@@ -193,7 +200,7 @@ class DELLoss(DigitLoss):
 
     def digit_term(self, zd: torch.Tensor, dt: DigitTargets) -> torch.Tensor:
         w = dt.del_weight if self.place_weights == "official" else torch.ones_like(dt.del_weight)
-        onehot = F.one_hot(dt.values, 10).to(zd.dtype)
+        onehot = _onehot10(dt.values).to(zd.dtype)
         logp = torch.log_softmax(zd, dim=-1)
         p = logp.exp()
         if self.form == "code":

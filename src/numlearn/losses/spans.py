@@ -91,7 +91,13 @@ def to_targets(labels: torch.Tensor, labels_shifted: bool = False, ignore_index:
         raise ValueError(f"ignore_index must be an int (F.cross_entropy's convention), got {ignore_index!r}")
     if ignore_index != IGNORE_INDEX:
         labels = labels.masked_fill(labels == ignore_index, IGNORE_INDEX)
-    if not (torch.compiler.is_compiling() or labels.is_meta) and bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
+    bad = (labels < 0) & (labels != IGNORE_INDEX)
+    if not (torch.compiler.is_compiling() or labels.is_meta or labels.device.type == "cpu"):
+        # on an accelerator: checked on the device (no read back on the hot path); it fails at the next sync
+        torch._assert_async(~bad.any(), f"labels hold negative ids other than {IGNORE_INDEX} and the loss's "
+                            f"ignore_index ({ignore_index}): build the loss with ignore_index=<that id>, or map "
+                            f"your padding label to {IGNORE_INDEX} first")
+    elif not (torch.compiler.is_compiling() or labels.is_meta) and bool(bad.any()):
         bad = sorted({int(x) for x in labels[(labels < 0) & (labels != IGNORE_INDEX)].unique()[:3]})
         raise ValueError(f"labels hold negative ids {bad}: numlearn ignores only {IGNORE_INDEX} (IGNORE_INDEX, "
                          f"F.cross_entropy's default ignore_index) and the loss's ignore_index ({ignore_index}); "

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .spans import IGNORE_INDEX, count_digit_targets, count_examples, count_targets
+from .spans import IGNORE_INDEX, example_ids, to_targets
 
 if TYPE_CHECKING:  # (not base: base reads StepCounts from here)
     from .digits import DigitVocab
@@ -88,11 +88,20 @@ def step_counts(micro_batches: Iterable, loss_fn: Any = None, *, vocab: DigitVoc
     if not batches:
         raise ValueError("step_counts: the step has no micro-batch")
     positions = [b.get("position_ids") if isinstance(b, Mapping) else None for b in micro_batches]
-    tokens = sum(count_targets(b, shifted, ign) for b, shifted in batches)
-    digits = sum(count_digit_targets(b, vocab, shifted, ign) for b, shifted in batches) if vocab is not None else 0
-    examples = [count_examples(b, vocab, shifted, pos, ign) for (b, shifted), pos in zip(batches, positions)]
-    t = torch.tensor([tokens, digits, len(batches), sum(e[0] for e in examples), sum(e[1] for e in examples)],
-                     dtype=torch.long, device=batches[0][0].device)
+    # every count a tensor on the labels' device, summed there: one read back per step (the .tolist() below),
+    # not several per micro-batch (issue 45)
+    device = batches[0][0].device
+    t = torch.zeros(5, dtype=torch.long, device=device)
+    t[2] = len(batches)
+    for (b, shifted), pos in zip(batches, positions):
+        targets = to_targets(b.to(device), shifted, ign)
+        trained = targets != IGNORE_INDEX
+        digit = vocab.digit_counts(targets) if vocab is not None else torch.zeros_like(targets)
+        ex = example_ids(targets, pos)
+        t[0] += trained.sum()
+        t[1] += digit.sum()
+        t[3] += _distinct(ex, trained)
+        t[4] += _distinct(ex, digit > 0)
     dist = torch.distributed
     if all_reduce is not None:
         t = all_reduce(t)
@@ -100,6 +109,14 @@ def step_counts(micro_batches: Iterable, loss_fn: Any = None, *, vocab: DigitVoc
         dist.all_reduce(t)
     tokens, digits, micro, examples, digit_examples = (int(x) for x in t.tolist())  # micro: GA x processes
     return StepCounts(tokens, digits, micro, examples, digit_examples)
+
+
+def _distinct(ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """The number of distinct values of ``ids`` (``example_ids``: >= 0, below ``numel + rows``) at the positions
+    ``where`` holds, without ``unique`` (a data-dependent shape): a scatter into a fixed-size table."""
+    seen = torch.zeros(int(ids.numel()) + int(ids.shape[0]) + 1, dtype=torch.long, device=ids.device)
+    seen.scatter_add_(0, ids.reshape(-1), where.reshape(-1).long())
+    return (seen > 0).sum()
 
 
 def backward_scale(accelerator: Any = None, *, grad_accum: int = 1, world_size: int = 1) -> float:
