@@ -32,10 +32,10 @@ sandbox: ## Install bubblewrap (the OS sandbox for generated programs) if missin
 	@$(ENV_TOOL) sandbox
 
 test: setup assets ## Run the default test tier (CPU, minutes; builds the offline tokenizers first)
-	$(PY) -m pytest -q -m "not slow and not vllm and not distributed" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not slow and not vllm and not distributed and not long" -p no:cacheprovider
 
-test-distributed: setup assets ## Multi-process tier: 2 CPU processes under accelerate (FSDP2/gloo), kill + resume, SLURM via submitit's local executor, the released study end to end (~7 min)
-	$(PY) -m pytest -q -m distributed -p no:cacheprovider -s
+test-distributed: setup assets ## Multi-process and end-to-end tier: 2 CPU processes under accelerate (FSDP2/gloo), kill + resume, SLURM via submitit's local executor, the studies' shrunken rehearsals end to end (~9 min)
+	$(PY) -m pytest -q -m "distributed or long" -p no:cacheprovider -s
 
 test-slow: setup assets ## Slow tier: real SmolLM2-135M fine-tune and benchmark smoke (CPU, ~10 min)
 	$(PY) -m pytest -q -m slow -p no:cacheprovider -s

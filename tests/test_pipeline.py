@@ -187,6 +187,7 @@ def test_the_makefile_calls_the_pipeline_and_holds_no_loops():
         assert not hits, f"the Makefile holds {hits[0]!r}: orchestration belongs in numlearn.pipeline / tools/env.py"
 
 
+@pytest.mark.long
 def test_table1_end_to_end_on_two_shrunken_rows_then_reuse_runs_nothing(tmp_path):
     """The real chain (train -> evaluate -> publish -> tables) on two rows shrunk to 2 steps and 2
     problems, two jobs at once; a second --reuse run trains nothing and rebuilds the same tables."""
@@ -235,6 +236,7 @@ def test_the_live_display_redraws_running_jobs_and_a_summary(tmp_path):
     assert "\x1b[2K3/3 jobs done, 0 running, 0 waiting, 0 failed\n" in last and ">>" not in last
 
 
+@pytest.mark.long
 def test_the_chunked_tokenizer_table_end_to_end_on_a_shrunken_rehearsal(tmp_path):
     """python -m numlearn.pipeline chunked (make chunked-tiny), shrunk to 2 steps and 2 problems, one
     loss and one weight: MLE on both tokenizers, the chunked model's validation sweep, the chosen row on

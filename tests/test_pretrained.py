@@ -226,6 +226,7 @@ def test_the_robustness_primaries_follow_the_target_task():
     assert primary_metrics("synthetic_long3_test")[2:] == DEFAULT_PRIMARY[2:]
 
 
+@pytest.mark.long
 def test_pretrained_end_to_end_on_a_shrunken_rehearsal(tmp_path):
     """python -m numlearn.pipeline pretrained (make pretrained-tiny), shrunk: the base trained first,
     then MLE and DEL fine-tune it and are evaluated on the long3 and base test splits; the table reads
