@@ -22,8 +22,10 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -40,6 +42,12 @@ from numlearn.rundirs import (
     training_recipe,
 )
 from numlearn.training.launch import launch_info
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from numlearn.data.prompts import TrainingTemplate
+    from numlearn.losses import TokenLoss
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +66,20 @@ def loss_options(loss_cfg) -> dict:
 
 @dataclass
 class RunPlan:
-    """Everything a run is decided by before any model weight is loaded."""
+    """Everything a run is decided by before any model weight is loaded, each decision made once here
+    (``plan_run``) and read from here by the rest of the run and by its record (``run_metadata``)."""
 
     run_dir: Path
-    tokenizer: object
-    loss_fn: object
-    template: object
+    tokenizer: PreTrainedTokenizerBase
+    loss_fn: TokenLoss
+    template: TrainingTemplate  # this process's training template
     world_size: int
     grad_accum: int
-    records: object  # callable -> list of training records (loaded once, on first use)
+    records: Callable[[], list[dict]]  # the training records (loaded once, on first use)
     model_dir: Path | None = None  # model.source=run: the base run's final/ the weights start from
+    fused_linear: bool = False  # the loss from hidden states and the head (train.fused_linear_loss)
+    template_draw: str = "run"  # one template draw per run, or per rank (data.template_draw)
+    templates: list[dict] = field(default_factory=list)  # every rank's template, as run.json records them
 
     @property
     def effective_weight(self) -> float | None:
@@ -110,7 +122,7 @@ FUSED_CHOICES = (True, False, "auto", None)
 
 def uses_fused_linear_loss(cfg) -> bool:
     """``train.fused_linear_loss``: true, false, or auto = on for every loss that declares a linear
-    form (``numlearn.losses.capabilities``: MLE, NTL, DIST2, DEL), off for the others (MixCE, EMO)."""
+    form (``numlearn.losses.capabilities``: MLE, NTL, DIST2, DEL, MixCE), off for the others (EMO)."""
     fused = cfg.train.get("fused_linear_loss")
     if fused == "auto":
         return capabilities(str(cfg.loss.name)).linear_form
@@ -212,9 +224,11 @@ def plan_run(cfg) -> RunPlan:
     tokenizer = build_tokenizer(cfg.model, lambda: [format_prompt(r["instruction"]) + r["output"] for r in records()],
                                 cache_dir, _abs(cfg.paths.root_dir), cfg.paths.get("assets_dir"), model_dir=model_dir)
     loss_fn = build_loss(cfg.loss.name, tokenizer, **loss_options(cfg.loss))
+    world_size = world_size_from_env()
     return RunPlan(run_dir=_abs(cfg.run_dir), tokenizer=tokenizer, loss_fn=loss_fn, template=template,
-                   world_size=world_size_from_env(), grad_accum=int(cfg.train.gradient_accumulation_steps),
-                   records=records, model_dir=model_dir)
+                   world_size=world_size, grad_accum=int(cfg.train.gradient_accumulation_steps),
+                   records=records, model_dir=model_dir, fused_linear=uses_fused_linear_loss(cfg),
+                   template_draw=template_draw(cfg), templates=rank_templates(cfg, world_size))
 
 
 def weights_sha256(model_dir: str | Path) -> str:
@@ -256,10 +270,10 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         **official_weight_check(cfg, plan),
         "grad_accum": plan.grad_accum, "world_size": plan.world_size, "launch": launch_info(),
         "template": plan.template.describe(),
-        "template_draw": template_draw(cfg), "templates": rank_templates(cfg, plan.world_size),
+        "template_draw": plan.template_draw, "templates": plan.templates,
         "boundary": cfg.data.boundary,
         "vocab_setup": cfg.model.get("vocab_setup"), "tokenizer_len": len(plan.tokenizer),
-        "fused_linear_loss": uses_fused_linear_loss(cfg),
+        "fused_linear_loss": plan.fused_linear,
         "fsdp": bool(cfg.train.get("fsdp")),
         **({"base": base_provenance(plan.model_dir)} if plan.model_dir is not None else {}),
         # what decides the weights, so a stored result can be matched to the preset that made it
@@ -378,15 +392,12 @@ def _train_in(cfg: DictConfig, plan: RunPlan, run_dir: Path, main: bool) -> Path
 
 
 def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
-    from transformers import TrainingArguments
-
-    from numlearn.data.collate import PackCollator, PadCollator, tokenize_records
-    from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
+    """Run ``plan``: data, model, the run's record, the Trainer, resume, train, save, complete the record."""
+    from numlearn.data.collate import tokenize_records
     from numlearn.training.model import build_model
 
     tcfg, run_dir, tokenizer, loss_fn = cfg.train, plan.run_dir, plan.tokenizer, plan.loss_fn
     final_dir, meta_path = run_dir / "final", run_dir / "run.json"
-    cache_dir = _abs(cfg.paths.cache_dir)
     records = plan.records()
     feats, report = tokenize_records(records, tokenizer, int(tcfg.max_length), plan.template,
                                      cfg.data.boundary)
@@ -394,7 +405,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     if report.n_truncated:
         print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
               f"max_length={tcfg.max_length}", flush=True)
-    model = build_model(cfg.model, tokenizer, cache_dir, seed=int(cfg.seed), model_dir=plan.model_dir)
+    model = build_model(cfg.model, tokenizer, _abs(cfg.paths.cache_dir), seed=int(cfg.seed), model_dir=plan.model_dir)
     if loss_fn.needs_model_embeddings:
         loss_fn.bind_model(model)  # EMO's cost: the output embedding at initialisation
     frozen = None
@@ -416,11 +427,45 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         meta["wandb"] = run_ref(init_run(cfg, run_dir))  # the evaluation logs its results into this run
         RunRecord.from_dict(meta, meta_path).write()
     use_cuda = torch.cuda.is_available()
-    accum = plan.grad_accum
-    args = TrainingArguments(
+    args = training_arguments(cfg, plan, use_cuda)
+    trainer = build_trainer(cfg, plan, model, feats, args)
+    last = resume_point(args, run_dir, main)
+    t0 = time.time()
+    try:
+        result = trainer.train(resume_from_checkpoint=last)
+        # this process's peak during training (before the final save and the held-out pass)
+        peak = ({"allocated_bytes": torch.cuda.max_memory_allocated(), "reserved_bytes": torch.cuda.max_memory_reserved(),
+                 "device": torch.cuda.get_device_name()} if use_cuda else None)
+        trainer.save_model(str(final_dir))
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(str(final_dir))
+        whole = whole_run_loss(run_dir / "metrics.jsonl")
+        train_metrics = {**result.metrics, **({"train_loss": whole} if whole is not None else {}),
+                         "train_loss_note": "mean of the logged losses over the whole run, resumes included"}
+        meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2), resumed_from=last,
+                    train_metrics=train_metrics, global_step=trainer.state.global_step)
+        if peak is not None:
+            meta["peak_gpu_memory"] = peak
+        if trainer.is_world_process_zero():
+            RunRecord.from_dict(meta, meta_path).write()
+            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}", flush=True)
+    finally:
+        if wandb:
+            from numlearn.tracking import finish_run
+
+            finish_run()
+    return run_dir
+
+
+def training_arguments(cfg: DictConfig, plan: RunPlan, use_cuda: bool):
+    """The Trainer's arguments of ``cfg.train`` for ``plan``'s run dir and accumulation."""
+    from transformers import TrainingArguments
+
+    tcfg, run_dir = cfg.train, plan.run_dir
+    return TrainingArguments(
         output_dir=str(run_dir / "checkpoints"),
         per_device_train_batch_size=int(tcfg.per_device_train_batch_size),
-        gradient_accumulation_steps=accum,
+        gradient_accumulation_steps=plan.grad_accum,
         learning_rate=float(tcfg.learning_rate),
         lr_scheduler_type=tcfg.lr_scheduler_type,
         # transformers 5.19 reads a float warmup_steps in [0, 1) as a fraction of the total steps,
@@ -454,9 +499,18 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
         train_sampling_strategy=str(tcfg.sampling),
     )
-    fused = uses_fused_linear_loss(cfg)
-    bridge = LossBridge(loss_fn, fused_linear=fused, chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
-    extra = {"logits_to_keep": 1} if fused else None
+
+
+def build_trainer(cfg: DictConfig, plan: RunPlan, model, feats, args):
+    """The NumlearnTrainer of ``plan``: its loss bridge (the fused path as planned), collator (padding or packing),
+    and callbacks (metrics.jsonl, one progress line, W&B without HF's double prefix)."""
+    from numlearn.data.collate import PackCollator, PadCollator
+    from numlearn.training.hf_trainer import LossBridge, MetricsJSONL, NumlearnTrainer, ProgressPrinter
+
+    tcfg, tokenizer = cfg.train, plan.tokenizer
+    bridge = LossBridge(plan.loss_fn, fused_linear=plan.fused_linear,
+                        chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
+    extra = {"logits_to_keep": 1} if plan.fused_linear else None
     packing = tcfg.get("packing")
     collator = (PackCollator(tokenizer.pad_token_id, 2 if packing is True else int(packing), extra=extra) if packing
                 else PadCollator(tokenizer.pad_token_id, with_attention_mask=bool(tcfg.attention_mask),
@@ -464,7 +518,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
     trainer = NumlearnTrainer(
         model=model, args=args, train_dataset=feats, data_collator=collator,
         processing_class=tokenizer, loss_bridge=bridge,
-        callbacks=[MetricsJSONL(run_dir / "metrics.jsonl"), ProgressPrinter()],
+        callbacks=[MetricsJSONL(plan.run_dir / "metrics.jsonl"), ProgressPrinter()],
     )
     if cfg.logger.name == "wandb":  # report_to=wandb adds HF's callback: ours in its place (no train/train/ keys)
         from transformers.integrations import WandbCallback
@@ -477,9 +531,14 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints one readable line instead
+    return trainer
+
+
+def resume_point(args, run_dir: Path, main: bool) -> str | None:
+    """The last complete checkpoint to resume from (None: from the start). Rank 0 chooses it and trims the
+    records to it first (or removes them when there is none); the other ranks then read the same directory
+    (a barrier in between, in a multi-process run)."""
     metrics_path = run_dir / "metrics.jsonl"
-    # rank 0 chooses the resume point and trims the records first; the other ranks then read the
-    # same checkpoint directory (a barrier in between, in a multi-process run)
     with args.main_process_first(local=False, desc="resume point"):
         last = last_complete_checkpoint(run_dir / "checkpoints")
         if main and last:
@@ -487,28 +546,4 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
             truncate_metrics(metrics_path, int(Path(last).name.split("-")[-1]))
         elif main and metrics_path.exists():
             metrics_path.unlink()  # no checkpoint: the run starts over, so do its records
-    t0 = time.time()
-    try:
-        result = trainer.train(resume_from_checkpoint=last)
-        # this process's peak during training (before the final save and the held-out pass)
-        peak = ({"allocated_bytes": torch.cuda.max_memory_allocated(), "reserved_bytes": torch.cuda.max_memory_reserved(),
-                 "device": torch.cuda.get_device_name()} if use_cuda else None)
-        trainer.save_model(str(final_dir))
-        if trainer.is_world_process_zero():
-            tokenizer.save_pretrained(str(final_dir))
-        whole = whole_run_loss(metrics_path)
-        train_metrics = {**result.metrics, **({"train_loss": whole} if whole is not None else {}),
-                         "train_loss_note": "mean of the logged losses over the whole run, resumes included"}
-        meta.update(status="complete", train_runtime_s=round(time.time() - t0, 2), resumed_from=last,
-                    train_metrics=train_metrics, global_step=trainer.state.global_step)
-        if peak is not None:
-            meta["peak_gpu_memory"] = peak
-        if trainer.is_world_process_zero():
-            RunRecord.from_dict(meta, meta_path).write()
-            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}", flush=True)
-    finally:
-        if wandb:
-            from numlearn.tracking import finish_run
-
-            finish_run()
-    return run_dir
+    return last
