@@ -30,6 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 H, V = 1536, 151_665
 VARIANTS = ["hf_default", "fused_logits", "linear_ce", "linear_del"]
+# also: floor (the three head products per chunk alone, no loss: what a fused kernel cannot go below),
+# linear_del_fused (from_hidden with fused_chain=True), chain_eager / chain_fused (one chunk's elementwise
+# chain alone, on a random [chunk, V] fp32 block: the per-chunk time of the two forms)
 
 
 def rss_mb() -> float:
@@ -75,6 +78,20 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     W = torch.nn.Parameter((torch.randn(V, H, generator=g) * 0.02).to(device=device, dtype=dt))
     labels = labels.to(device)
     cuda = device.startswith("cuda")
+    if variant == "linear_del_fused":  # compile the chain before the clock and the peak (one call, both lengths)
+        from numlearn.losses import DELLoss as _D
+
+        _D(vocab, alpha=1.28).from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk, fused_chain=True,
+                                           grad_accumulation=grad_accumulation).loss.backward()
+        h.grad = W.grad = None
+    if variant.startswith("chain_"):  # one chunk's chain: compiled (chain_fused) before the peak is reset
+        from numlearn.losses.linear import _chain, _fused_chain
+
+        z0 = torch.randn(min(chunk, B * T), V, generator=g).to(device) * 3
+        tt, ww = labels.view(-1)[: z0.shape[0]], torch.ones(z0.shape[0], device=device)
+        f = _fused_chain() if variant == "chain_fused" else _chain
+        z = z0.clone()
+        f(z, tt, ww, 1.0)  # compiled once before the clock
     if cuda:  # the device's allocator: peak allocated bytes since the inputs exist
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -85,22 +102,38 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     # grad W and grad h, in the parameters' dtype: every variant ends holding them
     grad_mb = (W.numel() + h.numel()) * W.element_size() / 2**20
     fns = {"fused_logits": DELLoss(vocab, alpha=1.28), "linear_del": DELLoss(vocab, alpha=1.28),
-           "linear_ce": MLELoss(vocab)}
+           "linear_del_fused": DELLoss(vocab, alpha=1.28), "linear_ce": MLELoss(vocab)}
     times = []
     for _ in range(reps):
         h.grad = W.grad = None
         if cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
-        if variant == "hf_default":
+        loss = None
+        if variant.startswith("chain_"):
+            z.copy_(z0)
+            t = time.perf_counter()
+            f(z, tt, ww, 1.0)
+        elif variant == "floor":
+            with torch.no_grad():
+                gh, gw = torch.zeros_like(h), torch.zeros_like(W)
+                for s in range(0, B * T, chunk):
+                    hc = h[s : s + chunk]
+                    z = hc @ W.t()
+                    gh[s : s + chunk] = z @ W
+                    gw.addmm_(z.t(), hc)
+                del z, gh, gw
+        elif variant == "hf_default":
             logits = h @ W.t()
             loss = F.cross_entropy(logits.float()[:-1], labels.view(-1)[1:])
         elif variant == "fused_logits":
             loss = fns[variant]((h @ W.t()).view(B, T, V), labels).loss
         else:
             loss = fns[variant].from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk,
-                                            grad_accumulation=grad_accumulation).loss
-        loss.backward()
+                                            grad_accumulation=grad_accumulation,
+                                            fused_chain=variant.endswith("_fused")).loss
+        if loss is not None:
+            loss.backward()
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
@@ -164,6 +197,15 @@ def main(argv=None) -> int:
             rm = r["peak_extra_mb"] / ref["peak_extra_mb"] if "peak_extra_mb" in ref else float("nan")
             print(f"| {v} | {r['seconds']:.2f} | {rt:.2f} | {r['peak_extra_mb']:.0f} | {rm:.3f} | "
                   f"{r['peak_extra_mb'] / r['chunk_block_mb']:.2f} |")
+        floor = rows.get("floor", {}).get("seconds")
+        if floor:
+            print("\ntime / the three head products alone (floor): " + ", ".join(
+                f"{v} {r['seconds'] / floor:.2f}x" for v, r in rows.items()
+                if "seconds" in r and v not in ("floor",) and not v.startswith("chain_")))
+        if rows.get("chain_eager", {}).get("seconds") and rows.get("chain_fused", {}).get("seconds"):
+            print(f"one chunk's chain: eager {1000 * rows['chain_eager']['seconds']:.1f} ms, fused "
+                  f"{1000 * rows['chain_fused']['seconds']:.1f} ms "
+                  f"({rows['chain_fused']['seconds'] / rows['chain_eager']['seconds']:.2f}x)")
         if "peak_extra_mb" in rows.get("linear_ce", {}) and "peak_extra_mb" in rows.get("linear_del", {}):
             d = rows["linear_del"]["peak_extra_mb"] / max(rows["linear_ce"]["peak_extra_mb"], 1e-9) - 1
             print(f"\nDEL over linear CE: peak memory {100 * d:+.1f} %, time "

@@ -217,3 +217,34 @@ def test_no_grad_forms_no_gradient_and_same_value(monkeypatch):
     assert not calls  # evaluation pays for the logits only
     ref = fn(hidden @ weight.t(), labels)
     torch.testing.assert_close(r.loss, ref.loss.detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["del", "del-weights-scale", "del-none", "mixce"])
+def test_the_fused_chain_equals_the_eager_chain(dtype, case):
+    """Issue 45 item 4: each chunk's softmax-minus-one-hot chain compiled into one kernel (fused_chain=True) gives
+    the eager chain's loss and gradients (fp32 and a bf16 head; with per-position weights and a logit scale; under
+    reduction="none", whose backward recomputes the chunks; MixCE's per-row pass) to fp32 rounding."""
+    from numlearn.losses import LogitTransform
+
+    hidden, weight, _, labels = _batch(dtype=dtype)
+    kw, fn = {}, DELLoss(VOCAB, alpha=1.28)
+    if case == "del-weights-scale":
+        kw = {"loss_weights": torch.rand(labels.shape, generator=torch.Generator().manual_seed(5)),
+              "logit_transform": LogitTransform(scale=0.25)}
+    elif case == "del-none":
+        from numlearn.losses import build_loss
+
+        fn = build_loss("del", VOCAB, alpha=1.28, reduction="none")
+    elif case == "mixce":
+        fn = MixCELoss(VOCAB, eta=0.3)
+    res = []
+    for fused in (False, True):
+        h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        out = fn.from_hidden(h, w, labels, chunk_size=7, fused_chain=fused, **kw)
+        out.loss.sum().backward()
+        res.append((out.loss.detach().float(), h.grad.float(), w.grad.float()))
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
+    for a, b in zip(*res):
+        torch.testing.assert_close(b, a, **tol)
+    assert float(res[0][1].abs().sum()) > 0

@@ -388,7 +388,7 @@ class DigitLoss(TokenLoss):
                     labels_shifted: bool = False, *, chunk_size: int = DEFAULT_CHUNK,
                     logit_transform: LogitTransform | None = None, position_ids: torch.Tensor | None = None,
                     loss_weights: torch.Tensor | None = None, grad_accumulation: str = "float32",
-                    **deprecated_counts) -> LossOutput:
+                    fused_chain: bool = False, **deprecated_counts) -> LossOutput:
         """The same loss as ``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels,
         ...)``, in value and in gradient (w.r.t. ``hidden``, the weight and the bias), without
         materialising the ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a
@@ -405,6 +405,9 @@ class DigitLoss(TokenLoss):
         grad_accumulation: ``"float32"`` (default) sums grad W over the chunks in an fp32 ``[V, H]`` buffer;
             ``"weight"`` sums it in the weight's own dtype (for a bf16 head: no extra ``[V, H]`` buffer, the
             gradient rounded to bf16 once per chunk, as Liger-Kernel's fused loss does).
+        fused_chain: each chunk's softmax-minus-one-hot chain as one compiled kernel (``torch.compile``: C++ on
+            CPU, Triton on GPU; compiled once per process) instead of nine eager in-place passes over the chunk's
+            block; the same values to fp32 rounding. Not under a soft cap (Gemma-2/3), which stays eager.
         """
         if grad_accumulation not in ("float32", "weight"):
             raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {grad_accumulation!r}")
@@ -430,12 +433,12 @@ class DigitLoss(TokenLoss):
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
             none = torch.zeros(0, dtype=torch.long, device=hidden.device)
             ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], none, none,
-                                                   chunk_size, logit_transform, ce_w, per_row, in_w)
+                                                   chunk_size, logit_transform, ce_w, per_row, in_w, fused_chain)
             return self._output(self._ce(spread(ce_sum), targets, step, n_ex), targets)
         # the digit columns only (number tokens: their <= 1,110 columns), h @ W[cols].T: never the full logits
         g = self.vocab.gather(targets, lm_head_weight.shape[0], self.float_spans, dense=True)
         ce_sum, z = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], g.rows, g.cols,
-                                               chunk_size, logit_transform, ce_w, per_row, in_w)
+                                               chunk_size, logit_transform, ce_w, per_row, in_w, fused_chain)
         zd, number_view = g.finish(z, flat_t)
         return self._combine(spread(ce_sum), zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
 

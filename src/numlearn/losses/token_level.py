@@ -118,7 +118,7 @@ class MixCELoss(_FullSoftmaxLoss):
                     labels_shifted: bool = False, *, chunk_size: int = DEFAULT_CHUNK,
                     logit_transform: LogitTransform | None = None, position_ids: torch.Tensor | None = None,
                     loss_weights: torch.Tensor | None = None, grad_accumulation: str = "float32",
-                    **deprecated_counts) -> LossOutput:
+                    fused_chain: bool = False, **deprecated_counts) -> LossOutput:
         """``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels, ...)`` in value and gradient,
         without the ``[B, T, V]`` logits (``TokenLoss.from_hidden`` documents the arguments). The paper's form
         needs each token's CE before its gradient (the weight ``eta + (1 - eta) exp(-ce_t)``): the per-row pass,
@@ -137,7 +137,7 @@ class MixCELoss(_FullSoftmaxLoss):
         ce, z = linear_ce_and_digit_logits(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight, lm_head_bias, idx,
                                            ce_t[idx], g.rows if g else none, g.cols if g else none, chunk_size,
                                            logit_transform, valid, self.form == "paper",
-                                           grad_accumulation == "weight")
+                                           grad_accumulation == "weight", fused_chain)
         denom = self._ce_denominator(flat_t.view(1, -1), num_items_in_batch)
         if self.form == "paper":  # ce: [K] per-row CE (0 at an ignored row)
             loss, ce = self._mix(ce).sum() / denom, ce.sum() / denom
