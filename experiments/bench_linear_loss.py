@@ -85,12 +85,13 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
                                            grad_accumulation=grad_accumulation).loss.backward()
         h.grad = W.grad = None
     if variant.startswith("chain_"):  # one chunk's chain: compiled (chain_fused) before the peak is reset
-        from numlearn.losses.linear import _chain, _fused_chain
+        from numlearn.losses.linear import _chain_inplace, _fused_chain
 
         z0 = torch.randn(min(chunk, B * T), V, generator=g).to(device) * 3
         tt, ww = labels.view(-1)[: z0.shape[0]], torch.ones(z0.shape[0], device=device)
-        f = _fused_chain() if variant == "chain_fused" else _chain
+        f = _fused_chain() if variant == "chain_fused" else _chain_inplace
         z = z0.clone()
+        ww = ww if variant == "chain_fused" else None  # as _ce_pass calls each (no row weights)
         f(z, tt, ww, 1.0)  # compiled once before the clock
     if cuda:  # the device's allocator: peak allocated bytes since the inputs exist
         torch.cuda.synchronize()

@@ -199,6 +199,24 @@ def _chain(z: torch.Tensor, t: torch.Tensor, w: torch.Tensor, scale: float) -> t
     return ce * w
 
 
+def _chain_inplace(z: torch.Tensor, t: torch.Tensor, w: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """``_chain``'s contract, eager: in-place steps over the block (each reads and writes it), no second block;
+    ``w`` None: every row's weight 1 (and no pass for it). What ``_ce_pass`` runs without ``fused_chain``."""
+    z_t = z.gather(1, t.unsqueeze(1)).squeeze(1)
+    m = z.max(dim=1, keepdim=True).values
+    z.sub_(m).exp_()
+    tot = z.sum(dim=1, keepdim=True)
+    ce = m.squeeze(1) + tot.squeeze(1).log() - z_t
+    z.div_(tot)
+    z[torch.arange(z.shape[0], device=z.device), t] -= 1.0
+    if w is not None:
+        z.mul_((w * scale).unsqueeze(1))
+        return ce * w
+    if scale != 1.0:
+        z.mul_(scale)
+    return ce
+
+
 _COMPILED_CHAIN = None
 
 
@@ -229,9 +247,12 @@ def _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, 
             z.div_(transform.softcap).tanh_()
             deriv = (1.0 - z * z).mul_(transform.scale) if any_grad else None
             z.mul_(transform.softcap)
-        if fused_chain and any_grad and deriv is None:
-            ones = torch.ones(z.shape[0], device=z.device) if w_row is None else w_row
-            ce_rows = _fused_chain()(z, t_c, ones, float(transform.scale))
+        if any_grad and deriv is None:  # the common case: the chain as one function, compiled or eager
+            if fused_chain:
+                ones = torch.ones(z.shape[0], device=z.device) if w_row is None else w_row
+                ce_rows = _fused_chain()(z, t_c, ones, float(transform.scale))
+            else:
+                ce_rows = _chain_inplace(z, t_c, w_row, float(transform.scale))
             if out.dim():
                 out[s : s + chunk_size] = ce_rows
             else:
