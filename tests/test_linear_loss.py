@@ -248,3 +248,32 @@ def test_the_fused_chain_equals_the_eager_chain(dtype, case):
     for a, b in zip(*res):
         torch.testing.assert_close(b, a, **tol)
     assert float(res[0][1].abs().sum()) > 0
+
+
+def test_auto_chunk_size_is_sized_from_h_and_v():
+    """Issue 45 item 2: chunk_size="auto" takes the power of two at or above rows / ceil(V / H) (Liger-Kernel's
+    rule), so the [chunk, V] block holds about as many elements as the hidden states. By hand: Qwen2.5-1.5B at
+    6,000 target rows, ceil(151,665 / 1,536) = 99, 6,000 / 99 = 60.6 -> 64; here 53 rows, ceil(37 / 16) = 3,
+    ceil(53 / 3) = 18 -> 32. The loss and gradients equal a fixed chunk's."""
+    from numlearn.losses.linear import auto_chunk_size
+    from numlearn.training.run import loss_chunk_size
+
+    assert auto_chunk_size(6000, 1536, 151_665) == 64
+    assert auto_chunk_size(53, H, V) == 32 and auto_chunk_size(1, 8, 10) == 1
+    assert auto_chunk_size(96, 10, 25) == 32  # ceil(25 / 10) = 3, 96 / 3 = 32 (a floor would give 48 -> 64)
+    fn = DELLoss(VOCAB, alpha=1.28)
+    hidden, weight, _, labels = _batch()
+    res = []
+    for chunk in ("auto", 5):
+        h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+        out = fn.from_hidden(h, w, labels, chunk_size=chunk)
+        out.loss.backward()
+        res.append((out.loss.detach(), h.grad, w.grad))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert loss_chunk_size("auto") == "auto" and loss_chunk_size(None) == 1024 and loss_chunk_size("256") == 256
+    for bad in (0, "big", True):
+        with pytest.raises(ValueError, match="loss_chunk_size"):
+            loss_chunk_size(bad)
+    with pytest.raises(ValueError, match="chunk_size must be an int >= 1 or 'auto'"):
+        fn.from_hidden(hidden, weight, labels, chunk_size="huge")

@@ -69,7 +69,7 @@ class TrainConfig:
     # true | false | auto (on for the losses with a linear form): the loss from hidden states and the head
     # weight, the [B, T, V] logits never formed (mle, ntl, dist2, del)
     fused_linear_loss: Any = False
-    loss_chunk_size: int = 1024  # target positions per chunk of the fused linear loss
+    loss_chunk_size: Any = 1024  # target positions per chunk of the fused linear loss, or auto (from H and V)
     fsdp: bool = False  # true under `accelerate launch` (the paper preset; make test-distributed on 2 CPUs)
     fsdp_config: Dict[str, Any] = field(default_factory=_fsdp_config)
     gradient_checkpointing: bool = False

@@ -93,12 +93,13 @@ class LossBridge:
     that post-processes its logits in another way is refused.
     """
 
-    def __init__(self, loss_fn: TokenLoss, fused_linear: bool = False, chunk_size: int = 1024) -> None:
+    def __init__(self, loss_fn: TokenLoss, fused_linear: bool = False, chunk_size: int | str = 1024) -> None:
         if fused_linear and not getattr(loss_fn, "has_linear_form", False):
             raise ValueError(f"train.fused_linear_loss=true needs a loss with a linear form (has_linear_form: "
                              f"from_hidden); {getattr(loss_fn, 'name', loss_fn)} works on full logits only")
         self.loss_fn = loss_fn
-        self.fused_linear, self.chunk_size = bool(fused_linear), int(chunk_size)
+        self.fused_linear = bool(fused_linear)
+        self.chunk_size = chunk_size if chunk_size == "auto" else int(chunk_size)  # auto: from H and V (linear.py)
         self.managed = False  # a NumlearnTrainerMixin supplies the step's counts
         self.in_training_step = False
         self.step_digits: int | None = None
@@ -263,7 +264,7 @@ class NumlearnTrainerMixin:
     """
 
     def __init__(self, *args: Any, loss_bridge: LossBridge | None = None, loss_fn: TokenLoss | None = None,
-                 fused_linear: bool = False, chunk_size: int = 1024, **kwargs: Any) -> None:
+                 fused_linear: bool = False, chunk_size: int | str = 1024, **kwargs: Any) -> None:
         if loss_bridge is None:
             if loss_fn is None:
                 raise ValueError(f"{type(self).__name__} needs loss_fn= (numlearn.losses.build_loss(...)) or loss_bridge=")

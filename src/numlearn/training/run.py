@@ -509,7 +509,7 @@ def build_trainer(cfg: DictConfig, plan: RunPlan, model, feats, args):
 
     tcfg, tokenizer = cfg.train, plan.tokenizer
     bridge = LossBridge(plan.loss_fn, fused_linear=plan.fused_linear,
-                        chunk_size=int(tcfg.get("loss_chunk_size") or 1024))
+                        chunk_size=loss_chunk_size(tcfg.get("loss_chunk_size")))
     extra = {"logits_to_keep": 1} if plan.fused_linear else None
     packing = tcfg.get("packing")
     collator = (PackCollator(tokenizer.pad_token_id, 2 if packing is True else int(packing), extra=extra) if packing
@@ -532,6 +532,21 @@ def build_trainer(cfg: DictConfig, plan: RunPlan, model, feats, args):
 
         trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints one readable line instead
     return trainer
+
+
+def loss_chunk_size(value) -> int | str:
+    """``train.loss_chunk_size``: a number of target rows, or ``auto`` (sized from H and V per batch)."""
+    if value is None:
+        return 1024
+    if str(value) == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or isinstance(value, bool):
+        raise ValueError(f"train.loss_chunk_size={value!r}: give target rows per chunk (an int >= 1) or auto")
+    return n
 
 
 def resume_point(args, run_dir: Path, main: bool) -> str | None:
