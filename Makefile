@@ -163,8 +163,10 @@ bench-tiny: setup ## Where a tiny run's time goes: step phases, Trainer overhead
 bench-losses: setup ## Loss cost vs CE at Qwen2.5 vocabulary scale (time, peak memory, loop baseline) + the linear (fused head) form + number tokens at Llama-3 scale
 	$(PY) experiments/bench_losses.py
 	$(PY) experiments/bench_linear_loss.py
-	for acc in float32 weight; do $(PY) experiments/bench_linear_loss.py --shapes 1x256,1x1024 --hidden 512 --chunk 256 --variants linear_ce,linear_del --dtype bfloat16 --grad-accumulation $$acc; done
-	for H in 512 1536; do $(PY) experiments/bench_linear_loss.py --shapes 1x1024 --hidden $$H --chunk 256 --variants hf_default,floor,linear_del,linear_del_fused,chain_eager,chain_fused --reps 2; done
+	$(PY) experiments/bench_linear_loss.py --shapes 1x256,1x1024 --hidden 512 --chunk 256 --variants linear_ce,linear_del --dtype bfloat16 --grad-accumulation float32
+	$(PY) experiments/bench_linear_loss.py --shapes 1x256,1x1024 --hidden 512 --chunk 256 --variants linear_ce,linear_del --dtype bfloat16 --grad-accumulation weight
+	$(PY) experiments/bench_linear_loss.py --shapes 1x1024 --hidden 512 --chunk 256 --variants hf_default,floor,linear_del,linear_del_fused,chain_eager,chain_fused --reps 2
+	$(PY) experiments/bench_linear_loss.py --shapes 1x1024 --hidden 1536 --chunk 256 --variants hf_default,floor,linear_del,linear_del_fused,chain_eager,chain_fused --reps 2
 	$(PY) experiments/bench_linear_loss.py --shapes 1x1024 --hidden 512 --chunk 256 --dtype bfloat16 --variants hf_default,floor,linear_del,linear_del_fused --reps 2
 	$(PY) experiments/bench_number_tokens.py --out results/bench_number_tokens.md
 
