@@ -200,21 +200,27 @@ def _chain(z: torch.Tensor, t: torch.Tensor, w: torch.Tensor, scale: float) -> t
     return ce * w
 
 
-def _chain_inplace(z: torch.Tensor, t: torch.Tensor, w: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """``_chain``'s contract, eager: in-place steps over the block (each reads and writes it), no second block;
-    ``w`` None: every row's weight 1 (and no pass for it). What ``_ce_pass`` runs without ``fused_chain``."""
+def _chain_inplace(z: torch.Tensor, t: torch.Tensor, w: torch.Tensor | None, factor: float | torch.Tensor = 1.0,
+                   grad: bool = True) -> torch.Tensor:
+    """The chunk's chain, eager, in place (one block, no second): each row's CE (times ``w``; None: 1) returned,
+    and with ``grad`` ``z`` overwritten with its gradient for an upstream 1, ``(softmax(z) - onehot(t)) * w *
+    factor`` (``factor``: the logit scale, or a soft cap's ``[n, V]`` derivative). What ``_ce_pass`` runs without
+    ``fused_chain``; ``_chain`` is the same contract written for a compiler."""
+    # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
     z_t = z.gather(1, t.unsqueeze(1)).squeeze(1)
     m = z.max(dim=1, keepdim=True).values
     z.sub_(m).exp_()
     tot = z.sum(dim=1, keepdim=True)
     ce = m.squeeze(1) + tot.squeeze(1).log() - z_t
-    z.div_(tot)
+    ce = ce if w is None else ce * w
+    if not grad:
+        return ce
+    z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
     z[torch.arange(z.shape[0], device=z.device), t] -= 1.0
     if w is not None:
-        z.mul_((w * scale).unsqueeze(1))
-        return ce * w
-    if scale != 1.0:
-        z.mul_(scale)
+        z.mul_(w.unsqueeze(1))  # each row's CE enters the sum with its weight
+    if isinstance(factor, torch.Tensor) or factor != 1.0:
+        z.mul_(factor)  # through the cap (and the scale) back to h @ W.T + b
     return ce
 
 
@@ -248,47 +254,20 @@ def _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, 
             z.div_(transform.softcap).tanh_()
             deriv = (1.0 - z * z).mul_(transform.scale) if any_grad else None
             z.mul_(transform.softcap)
-        if any_grad and deriv is None:  # the common case: the chain as one function, compiled or eager
-            if fused_chain:
-                ones = torch.ones(z.shape[0], device=z.device) if w_row is None else w_row
-                ce_rows = _fused_chain()(z, t_c, ones, float(transform.scale))
-            else:
-                ce_rows = _chain_inplace(z, t_c, w_row, float(transform.scale))
-            if out.dim():
-                out[s : s + chunk_size] = ce_rows
-            else:
-                out += ce_rows.sum()
-            if gb is not None:
-                gb += z.sum(0)
-            _add_products(z, h_c, w_c, gh, gw, i_c, None)
-            del z
-            continue
-        # log-sum-exp and softmax in place: one [chunk, V] block (torch.logsumexp would add a second)
-        z_t = z.gather(1, t_c.unsqueeze(1)).squeeze(1)
-        m = z.max(dim=1, keepdim=True).values
-        z.sub_(m).exp_()
-        tot = z.sum(dim=1, keepdim=True)
-        ce_rows = m.squeeze(1) + tot.squeeze(1).log() - z_t
-        ce_rows = ce_rows if w_row is None else ce_rows * w_row
+        if fused_chain and any_grad and deriv is None:
+            ones = torch.ones(z.shape[0], device=z.device) if w_row is None else w_row
+            ce_rows = _fused_chain()(z, t_c, ones, float(transform.scale))
+        else:
+            ce_rows = _chain_inplace(z, t_c, w_row, deriv if deriv is not None else float(transform.scale), any_grad)
+            del deriv
         if out.dim():
             out[s : s + chunk_size] = ce_rows
         else:
             out += ce_rows.sum()
-        if not any_grad:
-            del z
-            continue
-        z.div_(tot)  # softmax: the chunk's gradient for g = 1, once the target's one is removed
-        z[torch.arange(z.shape[0], device=z.device), t_c] -= 1.0
-        if w_row is not None:
-            z.mul_(w_row.unsqueeze(1))  # each row's CE enters the sum with its weight
-        if deriv is not None:
-            z.mul_(deriv)  # through the cap (and the scale) back to h @ W.T + b
-            del deriv
-        elif transform.scale != 1.0:
-            z.mul_(transform.scale)
-        if gb is not None:
-            gb += z.sum(0)
-        _add_products(z, h_c, w_c, gh, gw, i_c, None)
+        if any_grad:
+            if gb is not None:
+                gb += z.sum(0)
+            _add_products(z, h_c, w_c, gh, gw, i_c, None)
         del z  # before the next chunk's block is allocated: one block alive, not two
 
 
