@@ -19,7 +19,6 @@ DEL_FORMS = ("code", "paper", "binary_entropy", "digit_ce")
 NTL_LEVELS = ("digit", "number")
 
 
-
 def _onehot10(y: torch.Tensor) -> torch.Tensor:
     """``[N]`` digits -> ``[N, 10]`` bool one-hot. ``F.one_hot`` checks its input's range on the host (two reads
     back per call); digit targets are 0..9 by construction."""

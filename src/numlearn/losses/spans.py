@@ -98,11 +98,11 @@ def to_targets(labels: torch.Tensor, labels_shifted: bool = False, ignore_index:
                             f"ignore_index ({ignore_index}): build the loss with ignore_index=<that id>, or map "
                             f"your padding label to {IGNORE_INDEX} first")
     elif not (torch.compiler.is_compiling() or labels.is_meta) and bool(bad.any()):
-        bad = sorted({int(x) for x in labels[(labels < 0) & (labels != IGNORE_INDEX)].unique()[:3]})
-        raise ValueError(f"labels hold negative ids {bad}: numlearn ignores only {IGNORE_INDEX} (IGNORE_INDEX, "
+        ids = sorted({int(x) for x in labels[bad].unique()[:3]})
+        raise ValueError(f"labels hold negative ids {ids}: numlearn ignores only {IGNORE_INDEX} (IGNORE_INDEX, "
                          f"F.cross_entropy's default ignore_index) and the loss's ignore_index ({ignore_index}); "
-                         f"build the loss with ignore_index={bad[0]} (build_loss(..., ignore_index={bad[0]})), or "
-                         f"map your padding label first, e.g. labels.masked_fill(labels == {bad[0]}, {IGNORE_INDEX})")
+                         f"build the loss with ignore_index={ids[0]} (build_loss(..., ignore_index={ids[0]})), or "
+                         f"map your padding label first, e.g. labels.masked_fill(labels == {ids[0]}, {IGNORE_INDEX})")
     return labels if labels_shifted else shift_targets(labels)
 
 
@@ -236,11 +236,18 @@ def count_examples(labels: torch.Tensor, vocab: DigitIds | None = None, labels_s
     ``aux_normalization="example_mean"`` (``numlearn.losses.step_counts`` computes them)."""
     targets = to_targets(labels, labels_shifted, ignore_index)
     ex = example_ids(targets, position_ids)
-    n_tok = int(torch.unique(ex[targets != IGNORE_INDEX]).numel())
+    n_tok = int(distinct_examples(ex, targets != IGNORE_INDEX))
     if vocab is None:
         return n_tok, 0
-    is_digit = vocab.digit_counts(targets) > 0
-    return n_tok, int(torch.unique(ex[is_digit]).numel())
+    return n_tok, int(distinct_examples(ex, vocab.digit_counts(targets) > 0))
+
+
+def distinct_examples(ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """The number of distinct ``example_ids`` at the positions ``where`` holds, as a tensor, without ``unique``
+    (a data-dependent shape): a scatter into a fixed-size table (ids are >= 0 and below ``numel + rows``)."""
+    seen = torch.zeros(int(ids.numel()) + int(ids.shape[0]) + 1, dtype=torch.long, device=ids.device)
+    seen.scatter_add_(0, ids.reshape(-1), where.reshape(-1).long())
+    return (seen > 0).sum()
 
 
 def per_example_weights(keys: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .spans import IGNORE_INDEX, example_ids, to_targets
+from .spans import IGNORE_INDEX, distinct_examples, example_ids, to_targets
 
 if TYPE_CHECKING:  # (not base: base reads StepCounts from here)
     from .digits import DigitVocab
@@ -100,8 +100,8 @@ def step_counts(micro_batches: Iterable, loss_fn: Any = None, *, vocab: DigitVoc
         ex = example_ids(targets, pos)
         t[0] += trained.sum()
         t[1] += digit.sum()
-        t[3] += _distinct(ex, trained)
-        t[4] += _distinct(ex, digit > 0)
+        t[3] += distinct_examples(ex, trained)
+        t[4] += distinct_examples(ex, digit > 0)
     dist = torch.distributed
     if all_reduce is not None:
         t = all_reduce(t)
@@ -109,14 +109,6 @@ def step_counts(micro_batches: Iterable, loss_fn: Any = None, *, vocab: DigitVoc
         dist.all_reduce(t)
     tokens, digits, micro, examples, digit_examples = (int(x) for x in t.tolist())  # micro: GA x processes
     return StepCounts(tokens, digits, micro, examples, digit_examples)
-
-
-def _distinct(ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """The number of distinct values of ``ids`` (``example_ids``: >= 0, below ``numel + rows``) at the positions
-    ``where`` holds, without ``unique`` (a data-dependent shape): a scatter into a fixed-size table."""
-    seen = torch.zeros(int(ids.numel()) + int(ids.shape[0]) + 1, dtype=torch.long, device=ids.device)
-    seen.scatter_add_(0, ids.reshape(-1), where.reshape(-1).long())
-    return (seen > 0).sum()
 
 
 def backward_scale(accelerator: Any = None, *, grad_accum: int = 1, world_size: int = 1) -> float:
