@@ -179,6 +179,17 @@ def trained_rows(flat_t: torch.Tensor, weights: torch.Tensor | None):
     return torch.arange(flat_t.shape[0], device=flat_t.device), w, flat_t.clamp_min(0)
 
 
+def hidden_inputs(hidden: torch.Tensor, labels: torch.Tensor, grad_accumulation: str) -> bool:
+    """``from_hidden``'s checks, shared by every loss with a linear form: hidden ``[B, T, H]`` against labels
+    ``[B, T]``, and ``grad_accumulation``; returns whether grad W is summed in the weight's dtype."""
+    if grad_accumulation not in ("float32", "weight"):
+        raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {grad_accumulation!r}")
+    if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
+        raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
+                         f"and {tuple(labels.shape)}")
+    return grad_accumulation == "weight"
+
+
 def _count_tensor(n, device) -> torch.Tensor:
     """max(n, 1) as an fp32 scalar tensor on ``device``: a count given as a tensor stays where it is (no host
     sync); a Python number becomes a constant."""
@@ -409,13 +420,8 @@ class DigitLoss(TokenLoss):
             CPU, Triton on GPU; compiled once per process) instead of nine eager in-place passes over the chunk's
             block; the same values to fp32 rounding. Not under a soft cap (Gemma-2/3), which stays eager.
         """
-        if grad_accumulation not in ("float32", "weight"):
-            raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {grad_accumulation!r}")
-        in_w = grad_accumulation == "weight"
+        in_w = hidden_inputs(hidden, labels, grad_accumulation)
         step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}.from_hidden()")
-        if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
-            raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
-                             f"and {tuple(labels.shape)}")
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         h2 = hidden.reshape(-1, hidden.shape[-1])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LossOutput, TokenLoss, _digit_stats, digit_view, step_of, trained_rows
+from .base import LossOutput, TokenLoss, _digit_stats, digit_view, hidden_inputs, step_of, trained_rows
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
 from .spans import to_targets
@@ -124,11 +124,7 @@ class MixCELoss(_FullSoftmaxLoss):
         needs each token's CE before its gradient (the weight ``eta + (1 - eta) exp(-ce_t)``): the per-row pass,
         whose backward recomputes each chunk once; the official form scales the chunked CE sum."""
         num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
-        if grad_accumulation not in ("float32", "weight"):
-            raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {grad_accumulation!r}")
-        if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
-            raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
-                             f"and {tuple(labels.shape)}")
+        in_w = hidden_inputs(hidden, labels, grad_accumulation)
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         idx, valid, ce_t = trained_rows(flat_t, None)  # compiled: every row, weight 0 where ignored
@@ -137,7 +133,7 @@ class MixCELoss(_FullSoftmaxLoss):
         ce, z = linear_ce_and_digit_logits(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight, lm_head_bias, idx,
                                            ce_t[idx], g.rows if g else none, g.cols if g else none, chunk_size,
                                            logit_transform, valid, self.form == "paper",
-                                           grad_accumulation == "weight", fused_chain)
+                                           in_w, fused_chain)
         denom = self._ce_denominator(flat_t.view(1, -1), num_items_in_batch)
         if self.form == "paper":  # ce: [K] per-row CE (0 at an ignored row)
             loss, ce = self._mix(ce).sum() / denom, ce.sum() / denom
