@@ -5,9 +5,10 @@ with the step's counts as tensors, as Python numbers or absent, traces as one gr
 What makes it so: the digit targets in the dense form (``DigitTargets.mask``: every position, no ``nonzero``),
 the CE backward's target -1 as a scatter over every row, the normalisers as tensors (``_count_tensor``), the
 digit ids cached per device, and under compilation the chunked CE / MixCE / EMO over every row with weight 0 where
-a row is ignored (``trained_rows``: eager keeps the trained rows only, one sync, no compute on prompt rows). Not
-covered: ``ce_normalization`` / ``aux_normalization="example_mean"`` (distinct examples are a data-dependent
-count) and number-token vocabularies (a number token's digits have no fixed place in the batch)."""
+a row is ignored (``trained_rows``: eager keeps the trained rows only, one sync, no compute on prompt rows). The
+example-mean normalisations (``ce_normalization`` / ``aux_normalization="example_mean"``, packed rows too) count
+their examples with a scatter into a table sized from the batch's shape (``per_example_weights``). Not covered:
+number-token vocabularies (a number token's digits have no fixed place in the batch)."""
 
 from __future__ import annotations
 
@@ -197,3 +198,49 @@ def test_eager_reads_back_only_the_label_check_and_the_trained_rows():
     reads = _host_reads(lambda: [bridge.compute(out, m) for m in micro])
     assert [r for r in reads if r[1] != "to_targets"] == [], reads
     assert set(bridge.pop_means()) >= {"loss/ce", "loss/aux", "train/digit_acc"}
+
+
+EXAMPLE_MEAN = [(name, path) for name in ("mle", "del") for path in ("logits", "hidden")]
+
+
+@pytest.mark.parametrize("name,path", EXAMPLE_MEAN)
+def test_example_mean_normalisations_trace_as_one_graph_and_match_eager(name, path):
+    """The per-example means (the paper presets' CE and numeric-term normalisations) on plain and packed rows
+    (position_ids restarting inside a row): one graph, no break, and the compiled value and gradients equal
+    eager's. Before, ``torch.unique`` / ``bincount`` / ``nonzero`` counted the examples on the host."""
+    logits, hidden, W, labels = _batch()
+    opts = {"ce_normalization": "example_mean"} | ({"alpha": 0.7, "aux_normalization": "example_mean"}
+                                                   if name == "del" else {})
+    fn = build_loss(name, VOCAB, **opts)
+    packed = torch.tensor([list(range(6)) + list(range(6)), list(range(12))])  # row 0 holds two sequences
+    for pos in (None, packed):
+        def f(x, labels, w):
+            kw = {"position_ids": pos}
+            out = fn(x, labels, **kw) if path == "logits" else fn.from_hidden(x, w, labels, chunk_size=5, **kw)
+            return out.loss
+        x0 = logits if path == "logits" else hidden
+        torch._dynamo.reset()
+        ex = torch._dynamo.explain(f)(x0, labels, W)
+        assert (ex.graph_count, ex.graph_break_count) == (1, 0), [str(b.reason)[:120] for b in ex.break_reasons]
+        outs = []
+        for compiled in (False, True):
+            torch._dynamo.reset()
+            x, w = x0.clone().requires_grad_(), W.clone().requires_grad_()
+            loss = (torch.compile(f, fullgraph=True, backend="aot_eager") if compiled else f)(x, labels, w)
+            loss.backward()
+            outs.append((loss.detach(), x.grad, w.grad))
+        (l0, gx0, gw0), (l1, gx1, gw1) = outs
+        torch.testing.assert_close(l1, l0, rtol=0, atol=1e-6)
+        torch.testing.assert_close(gx1, gx0, rtol=0, atol=1e-6)
+        if path == "hidden":
+            torch.testing.assert_close(gw1, gw0, rtol=0, atol=1e-6)
+
+
+def test_per_example_weights_by_hand():
+    """Keys 7, 7, 2, 9, 7 with the fourth left out: example 7 has three counted positions (1/3 each), example 2
+    one, example 9 none counted (weight 0, not an example)."""
+    from numlearn.losses.spans import per_example_weights
+
+    w, n = per_example_weights(torch.tensor([7, 7, 2, 9, 7]), torch.tensor([True, True, True, False, True]), 10)
+    torch.testing.assert_close(w, torch.tensor([1 / 3, 1 / 3, 1.0, 0.0, 1 / 3]))
+    assert int(n) == 2

@@ -14,7 +14,7 @@ import torch
 from .digits import DigitVocab
 from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
 from .numbers import NumberVocab
-from .spans import IGNORE_INDEX, DigitTargets, example_ids, per_example_weights, to_targets
+from .spans import IGNORE_INDEX, DigitTargets, example_id_bound, example_ids, per_example_weights, to_targets
 from .steps import STEP_FIELDS, StepCounts
 
 # How the numeric term of one micro-batch is normalised; ``alpha`` means a different thing under each.
@@ -297,17 +297,13 @@ class TokenLoss:
         n = (targets != IGNORE_INDEX).sum() if num_items_in_batch is None else num_items_in_batch
         return _count_tensor(n, targets.device)
 
-    def _ce_weights(self, targets: torch.Tensor, position_ids) -> tuple[torch.Tensor | None, int]:
-        """Per-position CE weights of ``ce_normalization`` ([B*T] fp32, None for "token") and the
-        number of examples with a trained target in this batch."""
+    def _ce_weights(self, targets: torch.Tensor, position_ids) -> tuple[torch.Tensor | None, torch.Tensor | int]:
+        """Per-position CE weights of ``ce_normalization`` ([B*T] fp32, 0 at an ignored position; None for
+        "token") and the number of examples with a trained target in this batch (a tensor: no host sync)."""
         if self.ce_normalization == "token":
             return None, 0
-        flat = targets.reshape(-1)
-        idx = torch.nonzero(flat != IGNORE_INDEX).squeeze(1)
-        w, n = per_example_weights(example_ids(targets, position_ids).reshape(-1)[idx])
-        full = torch.zeros(flat.shape[0], dtype=torch.float32, device=flat.device)
-        full[idx] = w
-        return full, n
+        keys = example_ids(targets, position_ids).reshape(-1)
+        return per_example_weights(keys, targets.reshape(-1) != IGNORE_INDEX, example_id_bound(targets))
 
     def _ce(self, ce_sum, targets, step: StepCounts, n_local) -> torch.Tensor:
         """CE (a sum, or ``[M]`` per position) over its normaliser: the step's tokens or examples; 1 for
@@ -482,7 +478,8 @@ class DigitLoss(TokenLoss):
             k = step.num_microbatches_in_step
             denom = denom * _count_tensor(k if k is not None else 1, zd.device)
         elif self.aux_normalization == "example_mean":
-            per_digit, n_local = self._per_digit_example_weights(dt, example_ids(targets, batch.position_ids))
+            per_digit, n_local = self._per_digit_example_weights(dt, example_ids(targets, batch.position_ids),
+                                                                 example_id_bound(targets))
             n = step.num_digit_examples_in_step
             denom = _count_tensor(n if n is not None else n_local, zd.device)
         if self.reduction == "sum":
@@ -501,14 +498,11 @@ class DigitLoss(TokenLoss):
         return self._output(ce, targets, dt.rows, aux, _digit_stats(zd.detach(), dt))
 
     @staticmethod
-    def _per_digit_example_weights(dt, examples: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """``[N]`` 1 / (digit targets of each digit's example), and the number of examples with a digit target
-        (``aux_normalization="example_mean"``; counted over the digit rows only, in either form)."""
-        keys = examples.reshape(-1)[dt.rows]
-        if dt.mask is None:
-            return per_example_weights(keys)
-        w, n = per_example_weights(keys[dt.mask])  # the distinct examples: a data-dependent count
-        return torch.zeros(keys.shape[0], dtype=w.dtype, device=w.device).masked_scatter(dt.mask, w), n
+    def _per_digit_example_weights(dt, examples: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N]`` 1 / (digit targets of each digit's example), 0 at a row the dense form's mask leaves out, and
+        the number of examples with a digit target (``aux_normalization="example_mean"``; counted over the digit
+        rows only, in either form; a tensor: no host sync)."""
+        return per_example_weights(examples.reshape(-1)[dt.rows], dt.mask, size)
 
     def extra_repr(self) -> str:
         return (f"alpha={self.alpha}, aux_normalization={self.aux_normalization!r}, "

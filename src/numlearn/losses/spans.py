@@ -250,11 +250,22 @@ def distinct_examples(ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     return (seen > 0).sum()
 
 
-def per_example_weights(keys: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """``[K]`` example ids of K positions -> (``[K]`` fp32 weight 1 / (positions of its example),
-    number of distinct examples): summing ``weight * value`` gives the sum of per-example means."""
+def example_id_bound(targets: torch.Tensor) -> int:
+    """A bound on ``example_ids(targets, ...)``: every id is below ``B * (T + 1)`` (a shape, no data read)."""
+    return int(targets.shape[0]) * (int(targets.shape[1]) + 1)
+
+
+def per_example_weights(keys: torch.Tensor, where: torch.Tensor | None = None, size: int | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[K]`` example ids of K positions -> (``[K]`` fp32 weight 1 / (counted positions of its example), 0 at
+    a position ``where`` leaves out; the number of distinct examples among the counted positions, a tensor):
+    summing ``weight * value`` gives the sum of per-example means. A scatter into a table of ``size`` slots
+    (``example_id_bound``), no ``unique`` and no data-dependent shape, so no host sync; without ``size``,
+    one read of the largest id."""
+    counted = torch.ones_like(keys, dtype=torch.bool) if where is None else where
     if keys.numel() == 0:
-        return torch.zeros(0, dtype=torch.float32, device=keys.device), 0
-    uniq, inv = torch.unique(keys, return_inverse=True)
-    n = torch.bincount(inv, minlength=uniq.numel()).float()
-    return (1.0 / n)[inv], int(uniq.numel())
+        return torch.zeros(0, dtype=torch.float32, device=keys.device), torch.zeros((), dtype=torch.long,
+                                                                                  device=keys.device)
+    size = int(keys.max()) + 1 if size is None else int(size)
+    cnt = torch.zeros(size, dtype=torch.float32, device=keys.device).scatter_add_(0, keys, counted.float())
+    return counted.float() / cnt[keys].clamp_min(1.0), (cnt > 0).sum()
