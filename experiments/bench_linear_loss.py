@@ -32,7 +32,9 @@ H, V = 1536, 151_665
 VARIANTS = ["hf_default", "fused_logits", "linear_ce", "linear_del"]
 # also: floor (the three head products per chunk alone, no loss: what a fused kernel cannot go below),
 # linear_del_fused (from_hidden with fused_chain=True), chain_eager / chain_fused (one chunk's elementwise
-# chain alone, on a random [chunk, V] fp32 block: the per-chunk time of the two forms)
+# chain alone, on a random [chunk, V] fp32 block: the per-chunk time of the two forms), liger_flce (Liger-Kernel's
+# fused linear cross-entropy, a Triton kernel: CUDA only; its row says why where it cannot run)
+LIGER_PIN = "liger-kernel==0.8.5"  # what make gpu-check-wheels carries to the GPU machine
 
 
 def rss_mb() -> float:
@@ -93,6 +95,14 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
         z = z0.clone()
         ww = ww if variant == "chain_fused" else None  # as _ce_pass calls each (no row weights)
         f(z, tt, ww, 1.0)  # compiled once before the clock
+    if variant == "liger_flce":
+        try:
+            from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+        except ImportError as e:
+            raise SystemExit(f"liger-kernel is not installed ({e}): `make gpu-check-wheels` carries {LIGER_PIN}")
+        if not cuda:
+            raise SystemExit("liger-kernel's fused linear cross-entropy is a Triton kernel: --device cuda only")
+        liger = LigerFusedLinearCrossEntropyLoss()  # mean CE over the targets, as hf_default
     if cuda:  # the device's allocator: peak allocated bytes since the inputs exist
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -127,6 +137,8 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
         elif variant == "hf_default":
             logits = h @ W.t()
             loss = F.cross_entropy(logits.float()[:-1], labels.view(-1)[1:])
+        elif variant == "liger_flce":
+            loss = liger(W, h[:-1], labels.view(-1)[1:])
         elif variant == "fused_logits":
             loss = fns[variant]((h @ W.t()).view(B, T, V), labels).loss
         else:

@@ -172,11 +172,13 @@ def generate(a, p: dict, model_dir: str) -> dict:
 def loss_stage(a, work: Path) -> dict:
     """The loss stage alone at Qwen2.5-1.5B's head (H = 1,536, V = 151,665), bf16, on the device
     (experiments/bench_linear_loss.py, each variant in its own process): HF's default (full logits, fp32 CE), and
-    the fused linear MLE / DEL with grad W summed in fp32 (default) and in the weight's dtype. Time per fwd+bwd
-    (best of 3) and the allocator's peak beyond the inputs and the returned gradients, in fp32 chunk blocks
-    (issue 45's goal: <= 1.2)."""
+    the fused linear MLE / DEL with grad W summed in fp32 (default) and in the weight's dtype, and Liger-Kernel's
+    fused linear CE where it installs (gpu_check.sh, from the carried wheel; on CPU its row says why it cannot
+    run). Time per fwd+bwd (best of 3) and the allocator's peak beyond the inputs and the returned gradients, in
+    fp32 chunk blocks (issue 45's goal: <= 1.2)."""
     out = {}
-    for acc, variants in (("float32", "hf_default,linear_ce,linear_del"), ("weight", "linear_ce,linear_del")):
+    for acc, variants in (("float32", "hf_default,linear_ce,linear_del,liger_flce"),
+                          ("weight", "linear_ce,linear_del")):
         f = work / f"loss_stage_{acc}.json"
         cmd = [sys.executable, str(REPO / "experiments" / "bench_linear_loss.py"), "--variants", variants,
                "--dtype", "float32" if a.dry_run else "bfloat16", "--grad-accumulation", acc, "--json", str(f)]

@@ -9,7 +9,8 @@
 #   bash experiments/gpu_check.sh --dry-run    # anywhere: the plan, every file and import, 2 steps of a shrunken model
 #
 # The GPU machine has torch / transformers / accelerate but no Hydra: the small wheels it needs
-# (hydra-core, omegaconf, antlr4-python3-runtime) travel with the tree in $WHEELS (make gpu-check-wheels)
+# (hydra-core, omegaconf, antlr4-python3-runtime; liger-kernel for the loss stage's reference) travel with the
+# tree in $WHEELS (make gpu-check-wheels)
 # and are installed from there, offline. numlearn itself is used from src/ (no install). Data and the
 # tokenizer come from ./data and ./assets (make data assets), or NUMLEARN_DATA_DIR / NUMLEARN_ASSETS_DIR.
 set -euo pipefail
@@ -27,5 +28,10 @@ if ! "$PY" -c "import hydra, omegaconf" 2>/dev/null; then
     echo "gpu_check: hydra-core / omegaconf missing and no $WHEELS folder; run \`make gpu-check-wheels\` and carry it" >&2
     exit 2
   fi
+fi
+# Liger-Kernel's fused linear CE, the loss stage's outside reference (optional: its Triton comes with CUDA torch)
+if [[ " $* " != *" --dry-run "* ]] && ! "$PY" -c "import liger_kernel" 2>/dev/null && [[ -d $WHEELS ]]; then
+  "$PY" -m pip install -q --no-index --no-deps --find-links "$WHEELS" liger-kernel==0.8.5 \
+    || echo "gpu_check: liger-kernel did not install; the loss stage runs without it" >&2
 fi
 exec "$PY" experiments/gpu_check.py "$@"

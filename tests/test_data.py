@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -285,6 +286,36 @@ def test_concurrent_processes_generate_the_same_cache_safely(tmp_path):
     import hashlib
     assert hashlib.sha256(train.read_bytes()).hexdigest() == train.with_name(train.name + ".sha256").read_text().strip()
     assert not list(train.parent.glob("*.tmp"))
+
+
+def test_a_tokenizer_cache_another_rank_finished_first_is_taken_and_ours_removed(tmp_path, monkeypatch):
+    """Every rank of a multi-process run trains the cached tokenizer at once (before any barrier). Each
+    saves into a directory of its own (named by its pid) and renames it into place; the one that loses
+    the race keeps the winner's copy and leaves nothing behind. (With one shared temporary name, a
+    rank's save could land in the directory another had just renamed into place while a third read it.)"""
+    import os
+
+    from numlearn.data import tokenizer as tk
+
+    texts = [f"What is {i} plus {i * 7}? The answer is {i * 8}." for i in range(200)]
+    real_train, dirs = tk.train_tokenizer, []
+
+    class PeerFirst:  # the trained tokenizer; while this rank saves, a peer renames its own copy into place
+        def __init__(self, tok):
+            self.tok = tok
+
+        def save_pretrained(self, directory):
+            directory = Path(directory)
+            dirs.append(directory.name)
+            final = directory.with_name(directory.name.split(".")[0])
+            self.tok.save_pretrained(final)
+            self.tok.save_pretrained(directory)
+
+    monkeypatch.setattr(tk, "train_tokenizer", lambda *a: PeerFirst(real_train(*a)))
+    tok = tk.cached_tokenizer(texts, tmp_path, 300)
+    assert dirs == [f"{dirs[0].split('.')[0]}.{os.getpid()}.tmp"]  # this process's own name
+    assert [p.name for p in tmp_path.iterdir()] == [dirs[0].split(".")[0]]  # the winner's copy, no *.tmp left
+    assert tok("12 + 7 = 19").input_ids == real_train(texts, 300)("12 + 7 = 19").input_ids
 
 
 def test_a_field_of_another_type_is_refused_not_coerced(tmp_path):

@@ -27,7 +27,7 @@ from numlearn.evaluation.runner import (
     rescore,
     run_key,
 )
-from numlearn.evaluation.sandbox import run_program
+from numlearn.evaluation.sandbox import Start, run_program
 from test_evaluation import SAMPLING, ScriptedBackend
 
 # (benchmark, completion) -> (official string, strict string)
@@ -192,8 +192,8 @@ def test_official_clock_starts_after_the_executors_imports():
     r = _official(code, timeout_s=1.5)
     assert r.ok and r.stdout == "tensor(3)", r.error
     assert r.startup_seconds > 0.5 and r.seconds >= 1.0 + r.startup_seconds
-    early = run_program(wrap_program(code), timeout_s=1.5, preload=executor_preload(code),
-                        clock_after_preload=True, startup_timeout_s=1e-3, memory_mb=4096)
+    early = run_program(wrap_program(code), timeout_s=1.5, memory_mb=4096,
+                        start=Start(executor_preload(code), clock_after_preload=True, startup_timeout_s=1e-3))
     assert early.timed_out  # the same program, its clock started before the imports
 
 

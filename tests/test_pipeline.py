@@ -175,8 +175,10 @@ def test_the_makefile_calls_the_pipeline_and_holds_no_loops():
     user = dry("reproduce-table1", "SEEDS=8", "REUSE=1", "JOBS=4")[-1]
     assert "-m numlearn.pipeline table1 --seeds 8 --jobs 4 --store outputs/store --out outputs/table1_tiny/tables " \
            "--compare-with results/runs" in user and "--reuse" in user
+    # the tables' header names the command that made them (it said make reproduce-table1 before)
     assert dry("table1-publish", "SEEDS=8", "REUSE=1", "JOBS=4")[-1].endswith(
-        "-m numlearn.pipeline table1 --seeds 8 --jobs 4 --reuse")
+        '-m numlearn.pipeline table1 --seeds 8 --jobs 4 --command "make table1-publish SEEDS=8 REUSE=1" --reuse')
+    assert '--command "make table1-publish SEEDS=8" ' in dry("table1-publish", "SEEDS=8", "JOBS=4")[-1]
     assert "--seeds 8 --from-seed 3 --out results/table1_tiny/unswept_seeds" in dry("table1-unswept", "SEEDS=8")[-1]
     assert dry("sweep-alpha")[-1].endswith("-m numlearn.pipeline sweep --seeds 3 --jobs 4 ")
     text = (REPO / "Makefile").read_text()
@@ -419,8 +421,8 @@ def test_a_rows_study_runs_as_table1_with_its_declarations(recorded):
     assert [r.label for r in rows] == ["mle", "del:1.28", "del_paper:0.32", "del_ce:0.32"]
     assert kw["experiment"] == "smollm2_gsm8k_study" and seeds == [0, 1, 2, 3, 4] and kw["reuse"]
     _, _, out, t_kw = calls["tables"]
-    assert out == Path("results/smollm2_gsm8k") and t_kw["primary_benchmark"] == "gsm8k"
-    assert t_kw["family_metrics"] == ("digit_acc", "digit_nll") and t_kw["selected"] is None
+    assert out == Path("results/smollm2_gsm8k") and t_kw["report"].primary_benchmark == "gsm8k"
+    assert t_kw["report"].family_metrics == ("digit_acc", "digit_nll") and t_kw["selected"] is None
     assert t_kw["command"] == "make smollm2-gsm8k SEEDS=5 REUSE=1"
 
 

@@ -211,7 +211,7 @@ def test_the_pretrained_rows_are_mle_both_del_forms_and_the_sweeps_choices(tmp_p
 
     monkeypatch.setattr(pipeline, "base_jobs", lambda *a, **k: [])
     monkeypatch.setattr(pipeline, "plan_rows", fake_plan_rows)
-    monkeypatch.setattr(pipeline, "build_tables", lambda *a, **k: seen.setdefault("primary", k["primary_benchmark"]) and 0)
+    monkeypatch.setattr(pipeline, "build_tables", lambda *a, **k: seen.setdefault("primary", k["report"].primary_benchmark) and 0)
     assert pipeline.main(["pretrained", "--seeds", "2", "--selected", str(sel), "--out", str(tmp_path / "t")]) == 0
     assert seen == {"rows": ["mle", "del", "del_paper", "del:0.01", "ntl:0.1", "dist2:1.0"],
                     "experiment": "pretrained_tiny", "primary": "synthetic_long3_test"}

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from numlearn.reporting.aggregate import aggregate, paired_bootstrap
+from numlearn.reporting.aggregate import Selection, aggregate, paired_bootstrap
 from numlearn.reporting.collect import load_results
 
 
@@ -158,7 +158,7 @@ def test_validation_chosen_rows_are_labelled_and_a_missing_one_is_an_error(resul
     sel = tmp_path / "selected.json"
     sel.write_text(json.dumps({"del": {"alpha": 0.1, "accuracy": 61.0, "seeds": 3, "column": "v (cot)"}}))
     out = tmp_path / "out"
-    res = aggregate([results], out, command="pytest", reference=False, n_boot=200, selected=sel)
+    res = aggregate([results], out, command="pytest", reference=False, n_boot=200, select=Selection(selected=sel))
     assert list(res["mean"].index) == [("tiny", "mle"), ("tiny", "del (alpha=0.01)"),
                                        ("tiny", "del (alpha=0.1, val-chosen)")]
     assert res["mean"].loc[("tiny", "del (alpha=0.1, val-chosen)"), "bench_a (cot)"] == pytest.approx(12.5)
@@ -167,10 +167,10 @@ def test_validation_chosen_rows_are_labelled_and_a_missing_one_is_an_error(resul
     assert "del alpha=0.1, best mean v (cot) accuracy 61.0 % over 3 seeds" in md
     sel.write_text(json.dumps({"del": {"alpha": 0.32}}))
     with pytest.raises(ValueError, match="del alpha=0.32 but no result file"):
-        aggregate([results], out, reference=False, n_boot=50, selected=sel)
+        aggregate([results], out, reference=False, n_boot=50, select=Selection(selected=sel))
     sel.write_text(json.dumps({"del": 0.1}))
     with pytest.raises(ValueError, match="make sweep-report"):
-        aggregate([results], out, reference=False, n_boot=50, selected=sel)
+        aggregate([results], out, reference=False, n_boot=50, select=Selection(selected=sel))
 
 
 def test_a_table_regenerated_in_place_does_not_make_the_tree_dirty(tmp_path):

@@ -63,6 +63,21 @@ def test_wrong_types_and_keys_are_refused_at_composition(override, error):
     assert error in f"{e.value} {e.value.__cause__}"
 
 
+def test_every_config_group_has_a_schema():
+    """Every group directory under conf/ whose files are a config node starts each file from its schema.
+    The rest are read otherwise: experiment/ and harness/ are global packages (they set keys of the
+    groups above), eval/benchmark/ and study/ are read through BenchmarkConfig and StudyConfig by their
+    loaders, hydra/ is Hydra's own."""
+    elsewhere = {"experiment", "harness", "hydra", "study"}
+    groups = {d.name for d in CONF.iterdir() if d.is_dir()} - elsewhere
+    assert groups == {g for g, _ in SCHEMAS}, "a conf group without a schema in numlearn.schema.SCHEMAS"
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        for (group, _), node in SCHEMAS.items():
+            for f in sorted((CONF / group).glob("*.yaml")):  # from _schema, or from a preset that does
+                cfg = compose("evaluate", overrides=[f"{group}={f.stem}"])
+                assert OmegaConf.get_type(cfg[group]) is node, f"{f}: its defaults list starts from _schema"
+
+
 def test_the_schema_defaults_are_the_embedded_default():
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         cfg = compose("config")
@@ -131,9 +146,12 @@ def test_a_misspelt_benchmark_key_is_refused_in_one_line_by_every_reader(tmp_pat
 
 
 @pytest.mark.parametrize("path,line,schema", [("train/cpu.yaml", "learning_rat: 0.1", "TrainConfig"),
-                                               ("model/tiny.yaml", "dtyp: bfloat16", "ModelConfig")])
+                                               ("model/tiny.yaml", "dtyp: bfloat16", "ModelConfig"),
+                                               ("logger/none.yaml", "projct: mine", "LoggerConfig"),
+                                               ("paths/default.yaml", "data_dri: /data", "PathsConfig")])
 def test_a_misspelt_key_in_a_preset_file_is_one_line(tmp_path, cli, path, line, schema):
-    """A model preset's misspelt key was silently ignored (it had no schema)."""
+    """A model preset's misspelt key was silently ignored (it had no schema), as was a logger's or a
+    paths file's."""
     conf = _conf_copy(tmp_path)
     f = conf / path
     f.write_text(f.read_text() + line + "\n")

@@ -457,3 +457,35 @@ def test_evaluation_logs_into_the_trainings_wandb_run(tmp_path, monkeypatch):
     logged.clear()
     plain = train(_cfg(tmp_path, "loss=mle", "train.max_steps=2"))
     assert "wandb" not in json.loads((plain / "run.json").read_text())
+
+
+def test_the_recipe_plans_without_weights_then_fits_its_plan(tmp_path, monkeypatch):
+    """TrainRecipe.plan() decides the run once (the loss, its effective weight, the fused path, the
+    templates) and loads no weight; record() is run.json's content; fit() trains that plan and nothing else
+    (the plan is not re-derived from the config after it was made)."""
+    import numlearn.training.hf_trainer as hf_mod
+    import numlearn.training.model as model_mod
+    from numlearn.training.run import RunPlan, TrainRecipe
+
+    recipe = TrainRecipe(_cfg(tmp_path, "loss=del", "loss.alpha=0.5", "train.gradient_accumulation_steps=2",
+                              "train.fused_linear_loss=true"))
+    built = []
+    real_build = model_mod.build_model
+    monkeypatch.setattr(model_mod, "build_model", lambda *a, **k: built.append(1) or real_build(*a, **k))
+    bridges, real_bridge = [], hf_mod.LossBridge
+    monkeypatch.setattr(hf_mod, "LossBridge", lambda *a, **k: bridges.append(k["fused_linear"]) or real_bridge(*a, **k))
+    plan = recipe.plan()
+    assert isinstance(plan, RunPlan) and recipe.plan() is plan and not built
+    assert plan.fused_linear and plan.grad_accum == 2 and plan.world_size == 1
+    assert plan.effective_weight == pytest.approx(0.5) and plan.templates[0]["rank"] == 0
+    assert not plan.run_dir.exists()  # nothing written by planning
+    record = recipe.record("dry_run")
+    assert record["fused_linear_loss"] is True and record["aux_effective_weight"] == plan.effective_weight
+    assert record["grad_accum"] == 2 and record["run_dir"] == str(plan.run_dir)
+    plan.fused_linear = False  # fit() runs the plan it holds: this decision, not the config's, is what trains
+    run_dir = recipe.fit()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert built == [1] and bridges == [False]  # one model, and the loss on the full logits, as planned
+    assert meta["status"] == "complete" and meta["fused_linear_loss"] is False
+    assert {k: meta[k] for k in ("aux_effective_weight", "grad_accum", "templates", "recipe_sha")} == \
+        {k: record[k] for k in ("aux_effective_weight", "grad_accum", "templates", "recipe_sha")}

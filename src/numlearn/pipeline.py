@@ -38,6 +38,7 @@ import re
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from numlearn.jobs import Job, PipelineError, report_failures, run_jobs
@@ -119,13 +120,23 @@ _report_failures = report_failures  # the name before the job runner moved to nu
 
 
 # -- the commands ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Family:
+    """What a study's robustness report tests: ``primary_benchmark``, whose CoT accuracy and distance are
+    primary; ``family_metrics``: every row minus MLE on these is in the declared family, Holm-adjusted
+    together, with the declared comparisons ``family`` (row:alpha:metric); ``selection_seeds``: the
+    seeds the sweep chose weights on (the report tests on the others)."""
+
+    primary_benchmark: str = "synthetic_test"
+    selection_seeds: tuple[int, ...] = (0, 1, 2)
+    family_metrics: tuple[str, ...] = FAMILY_METRICS
+    family: tuple[str, ...] = ()
+
+
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
-                 selected: Path | None, command: str, primary_benchmark: str = "synthetic_test",
-                 selection_seeds: tuple[int, ...] = (0, 1, 2), family_metrics: tuple[str, ...] = FAMILY_METRICS,
-                 family: tuple[str, ...] = ()) -> int:
-    """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report
-    (``primary_benchmark``: the benchmark whose CoT accuracy and distance are primary; ``family_metrics``:
-    every row minus MLE on these is the declared family, Holm-adjusted together)."""
+                 selected: Path | None, command: str, report: Family = Family()) -> int:
+    """Table 1's tables from the store only: aggregate, and with 3+ seeds the robustness report of
+    ``report``'s family."""
     from numlearn.reporting import aggregate, robustness
 
     runs = table1_runs(rows, seeds, experiment=experiment, store=store)
@@ -137,10 +148,10 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
         return rc
     if len(seeds) >= MIN_SEEDS_FOR_ROBUSTNESS:
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = robustness.main([*runs, *args, "--primary-benchmark", primary_benchmark,
-                                  "--family-metrics", ",".join(family_metrics),
-                                  *(x for f in family for x in ("--family", f)),
-                                  "--selection-seeds", ",".join(map(str, selection_seeds))])
+            rc = robustness.main([*runs, *args, "--primary-benchmark", report.primary_benchmark,
+                                  "--family-metrics", ",".join(report.family_metrics),
+                                  *(x for f in report.family for x in ("--family", f)),
+                                  "--selection-seeds", ",".join(map(str, report.selection_seeds))])
     print(table_section(out / "table1.md", "Accuracy (%)"))
     print(f"(every table -- distance, digit metrics, minus MLE{', robustness' if rc == 0 and len(seeds) >= 3 else ''}"
           f" -- is in {out}/)")
@@ -537,10 +548,10 @@ def _dispatch(a) -> int:
                                     if default else a.invocation)
         else:
             command = a.command or a.invocation
+        report = Family(primary_benchmark=a.primary_benchmark, family=tuple(getattr(a, "family", None) or ()),
+                        family_metrics=tuple(m for m in a.family_metrics.split(",") if m))
         rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,
-                          command=command, primary_benchmark=a.primary_benchmark,
-                          family_metrics=tuple(m for m in a.family_metrics.split(",") if m),
-                          family=tuple(getattr(a, "family", None) or ()))
+                          command=command, report=report)
         if rc == 0 and a.out.resolve() == TABLE1_OUT.resolve():
             _docs_hint()
         if rc == 0 and a.cmd == "table1" and a.compare_with is not None:
@@ -688,7 +699,7 @@ def ablation(a, seeds: list[int], live) -> int:
         return 1
     return build_tables(rows + chosen, seeds, a.out, experiment=a.experiment, store=a.store,
                         selected=a.out / "sweep" / "selected.json", command=command,
-                        selection_seeds=tuple(sweep_seeds))
+                        report=Family(selection_seeds=tuple(sweep_seeds)))
 
 
 def base_jobs(seeds: list[int], *, experiment: str, outputs: Path, extra: tuple[str, ...] = (),
@@ -760,7 +771,8 @@ def pretrained(a, seeds: list[int], live) -> int:
     chosen = {(r.loss, r.alpha) for r in selected_rows(a.selected)}
     label = chosen and chosen <= {(r.loss, r.alpha) for r in rows}
     return build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store,
-                        selected=a.selected if label else None, command=command, primary_benchmark=PRETRAINED_PRIMARY)
+                        selected=a.selected if label else None, command=command,
+                        report=Family(primary_benchmark=PRETRAINED_PRIMARY))
 
 
 def chunked(a, seeds: list[int], live) -> int:
@@ -799,7 +811,8 @@ def chunked(a, seeds: list[int], live) -> int:
         report_failures(failed, _say)
         return 1
     rc = build_tables([mle_chunked, *chosen], seeds, a.out, experiment=a.experiment, store=a.store,
-                      selected=a.out / "sweep" / "selected.json", command=command, selection_seeds=tuple(sweep_seeds))
+                      selected=a.out / "sweep" / "selected.json", command=command,
+                      report=Family(selection_seeds=tuple(sweep_seeds)))
     if rc != 0:
         return rc
     runs = table1_runs([single, mle_chunked], seeds, experiment=a.experiment, store=a.store)

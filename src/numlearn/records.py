@@ -47,9 +47,10 @@ def is_result_file(p: Path) -> bool:
 
 
 def write_atomic(path: str | Path, obj) -> None:
-    """Write ``obj`` as JSON so that a reader never sees a half-written file (write, then rename)."""
+    """Write ``obj`` as JSON so that a reader never sees a half-written file (write, then rename; the
+    temporary name is the process's own, so two writers never write into one file)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
     os.replace(tmp, path)
 

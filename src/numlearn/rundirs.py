@@ -13,7 +13,7 @@ from numlearn.records import FINAL, RUN_META, BadRecord, RunRecord  # noqa: F401
 
 # train.* keys that change what a run logs or saves, never the weights it ends with
 BOOKKEEPING_TRAIN_KEYS = frozenset({"logging_steps", "save_steps", "save_total_limit", "disable_tqdm",
-                                    "count_input_tokens"})
+                                    "count_input_tokens", "ddp_timeout_s"})
 # data.* keys that named what to measure after training, never what it trained on (data.heldout: the
 # teacher-forced metrics' solutions, now eval.teacher_forced): older recipes still hold them
 MEASUREMENT_DATA_KEYS = frozenset({"heldout"})

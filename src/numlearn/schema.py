@@ -78,6 +78,9 @@ class TrainConfig:
     trainable_layers: Optional[int] = None
     count_input_tokens: bool = False
     dataloader_num_workers: int = 0
+    # seconds a rank waits in a collective before it fails (torch's default 1800): a peer that died, a
+    # preempted node, surfaces as an error in this long instead of a job that hangs to its time limit
+    ddp_timeout_s: int = 1800
 
 
 @dataclass
@@ -171,6 +174,34 @@ class LossConfig:
     variant: Optional[str] = None
     level: Optional[str] = None
     eta: Optional[float] = None
+
+
+@dataclass
+class LoggerConfig:
+    """``logger``: the experiment tracker (``numlearn.tracking``). Weights & Biases: project, group = the
+    experiment; ``mode`` null is online with an API key and offline without one (no prompt, no network wait).
+    The run dirs (``metrics.jsonl``, ``run.json``) are the source of truth either way."""
+
+    name: str = MISSING  # none | wandb
+    project: str = "numlearn"
+    entity: Optional[str] = None
+    mode: Optional[str] = None  # online | offline | disabled; null: online with an API key, else offline
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class PathsConfig:
+    """``paths``: where things live. Relative paths are taken from the working directory (the repo root
+    in the Makefile)."""
+
+    root_dir: str = "."
+    # the data root, filled by `make data` (from the pinned sources, or NUMLEARN_DATA_MIRROR)
+    data_dir: str = "${oc.env:NUMLEARN_DATA_DIR,${paths.root_dir}/data}"
+    # offline tokenizers of the paper's families (and SmolLM2's), filled by `make assets`
+    assets_dir: str = "${oc.env:NUMLEARN_ASSETS_DIR,${paths.root_dir}/assets}"
+    cache_dir: str = "${paths.root_dir}/data_cache"
+    output_dir: str = "${oc.env:NUMLEARN_OUTPUT_DIR,${paths.root_dir}/outputs}"
+    results_dir: str = "${paths.root_dir}/results"
 
 
 @dataclass
@@ -299,12 +330,13 @@ def load_study_config(path):
 
 
 SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, ("data", "_schema"): DataConfig,
-           ("model", "_schema"): ModelConfig, ("loss", "_schema"): LossConfig}
+           ("model", "_schema"): ModelConfig, ("loss", "_schema"): LossConfig,
+           ("logger", "_schema"): LoggerConfig, ("paths", "_schema"): PathsConfig}
 
 
 def register() -> None:
-    """Put the schemas in Hydra's ConfigStore (idempotent): ``train/_schema``, ``eval/_schema``,
-    ``data/_schema``."""
+    """Put the schemas in Hydra's ConfigStore (idempotent): ``<group>/_schema`` for every group of
+    ``SCHEMAS`` (each preset's defaults list starts from it)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 

@@ -28,13 +28,13 @@ def init_run(cfg, run_dir: Path):
     from omegaconf import OmegaConf
 
     lcfg = cfg.logger
-    mode = wandb_mode(lcfg.get("mode"))
+    mode = wandb_mode(lcfg.mode)
     os.environ["WANDB_MODE"] = mode
     os.environ.setdefault("WANDB_SILENT", "true")
     name = cfg.get("run_name") or f"{cfg.model.name}-{cfg.loss.name}-a{cfg.loss.get('alpha')}-s{cfg.seed}"
     return wandb.init(
-        project=lcfg.get("project", "numlearn"), entity=lcfg.get("entity"), group=str(cfg.experiment_name),
-        name=name, dir=str(run_dir), mode=mode, tags=list(lcfg.get("tags") or []),
+        project=lcfg.project, entity=lcfg.entity, group=str(cfg.experiment_name),
+        name=name, dir=str(run_dir), mode=mode, tags=list(lcfg.tags or []),
         config=OmegaConf.to_container(cfg, resolve=True), reinit="finish_previous",
     )
 

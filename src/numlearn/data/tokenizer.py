@@ -8,6 +8,8 @@ right into chunks of up to three (``\p{N}{1,3}``), and every chunk of 1-3 digits
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -93,8 +95,14 @@ def cached_tokenizer(texts: list[str], cache_dir: str | Path, vocab_size: int = 
     path = Path(cache_dir) / f"tokenizer-{h.hexdigest()[:16]}"
     if not (path / "tokenizer.json").exists():
         tok = train_tokenizer(texts, vocab_size, tuple(phrases), digits)
-        tmp = path.with_name(path.name + ".tmp")
+        # every rank of a multi-process run (and every job of a multirun) may train it at once: each saves
+        # into its own directory and renames it into place, so no reader sees another's half-written files
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tok.save_pretrained(tmp)
-        if not path.exists():  # another process may have finished first; its copy is as good
-            tmp.replace(path)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another process renamed its copy first (the same corpus: the same tokenizer)
+            if not (path / "tokenizer.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     return AutoTokenizer.from_pretrained(path)

@@ -327,7 +327,7 @@ BASE_EXCEPTION_EXIT = 2
 # What the executor's child has imported on entry: code_utils' own imports and the parent's. The
 # stdlib ones are always loaded; a heavy one only when the program names it (or a package that
 # imports it), so a program that never uses sympy does not pay its import. Either way the clock
-# starts after them (sandbox.run_program(clock_after_preload=True)).
+# starts after them (sandbox.run_program(start=Start(..., clock_after_preload=True))).
 EXECUTOR_STDLIB = ("multiprocessing", "threading", "io", "contextlib", "math", "re", "json", "warnings")
 EXECUTOR_HEAVY = {"numpy": ("numpy", "np.", "scipy", "pandas", "sympy"), "sympy": ("sympy",),
                   "torch": ("torch",)}
@@ -348,7 +348,9 @@ def executor_preload(code: str) -> tuple[str, ...]:
 
 def executor_run_kwargs(code: str) -> dict:
     """``sandbox.run_program`` settings for a program wrapped by ``wrap_program``."""
-    return {"preload": executor_preload(code), "clock_after_preload": True,
+    from numlearn.evaluation.sandbox import Start
+
+    return {"start": Start(executor_preload(code), clock_after_preload=True),
             "memory_mb": EXECUTOR_MEMORY_MB, "max_output_bytes": EXECUTOR_MAX_OUTPUT_BYTES}
 
 

@@ -99,7 +99,7 @@ def _hook(event, args):
 # Modules the caller asked to have loaded before the program starts (the official executor's
 # forked child inherits its parent's: sympy, numpy, ...), imported before the hook, then a byte on
 # the ready pipe (or a ".ready" file, outside bwrap) tells the parent to start the program's clock
-# (run_program(clock_after_preload=True)).
+# (run_program(start=Start(..., clock_after_preload=True))).
 if os.path.exists("preload.json"):
     import importlib, json
     with open("preload.json", encoding="utf-8") as f:
@@ -546,8 +546,7 @@ def _kill_uid_processes(uid: int) -> None:
 
 def run_program(code: str, timeout_s: float = 5.0, memory_mb: int = 1024, max_output_bytes: int = 65536,
                 max_procs: int = 16, python: str | None = None, allow_unsafe: bool = False,
-                preload: tuple[str, ...] = (), clock_after_preload: bool = False,
-                startup_timeout_s: float = 60.0) -> ProgramResult:
+                start: Start | None = None) -> ProgramResult:
     """Run ``code`` as a Python program in the sandbox; return its stdout and status.
 
     ``ok`` is True only when the program exited with status 0 within ``timeout_s`` seconds of wall
@@ -555,21 +554,24 @@ def run_program(code: str, timeout_s: float = 5.0, memory_mb: int = 1024, max_ou
     program that warns a lot still succeeds). Raises ``SandboxUnavailable`` when the OS boundary
     cannot be set up, unless ``allow_unsafe``.
 
-    ``preload``: modules imported in the sandbox before the program (and before the audit hook),
-    as in a child forked from a parent that had imported them. ``clock_after_preload``: the
-    ``timeout_s`` budget starts once the interpreter is up and ``preload`` imported (at most
-    ``startup_timeout_s`` for that), so it measures the program, not our start-up.
+    ``start``: how the program starts (``Start``: modules preloaded, and whether the clock starts after
+    them); by default a bare interpreter whose start-up is inside the budget.
     """
     isolated, how = isolation_status()
     if not isolated and not allow_unsafe:
         raise SandboxUnavailable(how)
-    start = _Start(tuple(preload), bool(clock_after_preload), float(startup_timeout_s))
+    start = start or Start()
     return _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how, start) if isolated else \
         _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, start)
 
 
 @dataclass(frozen=True)
-class _Start:
+class Start:
+    """How a sandboxed program starts. ``preload``: modules imported in the sandbox before the program
+    (and before the audit hook), as in a child forked from a parent that had imported them.
+    ``clock_after_preload``: the ``timeout_s`` budget starts once the interpreter is up and ``preload``
+    imported (at most ``startup_timeout_s`` for that), so it measures the program, not our start-up."""
+
     preload: tuple[str, ...] = ()
     clock_after_preload: bool = False
     startup_timeout_s: float = 60.0
@@ -579,12 +581,24 @@ class _Start:
         return 30 if self.preload else 0
 
 
-def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, isolation,
-            startup: float = 0.0, oom_kills: int | None = None) -> ProgramResult:
-    """The program's result from what the supervisor observed: its exit status, whether the clock ran
-    out, how much it wrote, and ``oom_kills`` (the memory group's OOM-kill count; None where no memory
-    group observes it). The stop kinds never come from the program's output or its exit code: a
-    program can print "MemoryError" or exit with any status."""
+@dataclass(frozen=True)
+class _Seen:
+    """What the supervisor observed of a run: the exit status, whether the clock ran out, when the run
+    began (``time.monotonic``), its start-up seconds, and ``oom_kills`` (the memory group's OOM-kill count;
+    None where no memory group observes it)."""
+
+    rc: int | None
+    timed_out: bool
+    t0: float
+    startup: float = 0.0
+    oom_kills: int | None = None
+
+
+def _finish(out_path, err_path, seen: _Seen, timeout_s, max_output_bytes, isolation) -> ProgramResult:
+    """The program's result from what the supervisor observed (``seen``) and how much it wrote. The stop
+    kinds never come from the program's output or its exit code: a program can print "MemoryError" or
+    exit with any status."""
+    rc, timed_out, t0, startup, oom_kills = seen.rc, seen.timed_out, seen.t0, seen.startup, seen.oom_kills
     with open(out_path, "rb") as f:
         raw = f.read(max_output_bytes + 1)
     with open(err_path, "rb") as f:
@@ -617,7 +631,7 @@ def _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, 
     return res
 
 
-def _wait_ready(proc, workdir: str, start: _Start) -> float:
+def _wait_ready(proc, workdir: str, start: Start) -> float:
     """With ``clock_after_preload``: wait until the guard has loaded the preloads and is about to
     run the program (its ``.ready`` file), the process ends, or ``startup_timeout_s`` passes;
     return the seconds waited (0 otherwise)."""
@@ -666,7 +680,7 @@ def _remove_tree(path: str) -> None:
         subprocess.run(["rm", "-rf", "--one-file-system", path], check=False)
 
 
-def _workdir(code: str, start: _Start | None = None) -> str:
+def _workdir(code: str, start: Start | None = None) -> str:
     """A fresh directory holding the program and the guard that runs it (and what to preload)."""
     tmp = tempfile.mkdtemp(prefix="numlearn-pot-")
     files = [("program.py", code), ("guard.py", _GUARD)]
@@ -679,7 +693,7 @@ def _workdir(code: str, start: _Start | None = None) -> str:
 
 
 def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, how,
-               start: _Start = _Start()) -> ProgramResult:
+               start: Start = Start()) -> ProgramResult:
     t0 = time.monotonic()
     # stdout/stderr files live outside the sandbox's view; each is capped by RLIMIT_FSIZE, which is
     # set well above the stdout cap so stderr chatter cannot fail a correct program.
@@ -722,8 +736,8 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
                 passed = ()
             startup = _wait_ready_pipe(proc, ready_r, start)
             rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
-        return _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, how, startup,
-                       groups.oom_kills())
+        return _finish(out_path, err_path, _Seen(rc, timed_out, t0, startup, groups.oom_kills()), timeout_s,
+                       max_output_bytes, how)
     finally:
         for fd in passed:
             os.close(fd)
@@ -732,7 +746,7 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
         shutil.rmtree(outdir, ignore_errors=True)
 
 
-def _wait_ready_pipe(proc, ready_r: int, start: _Start) -> float:
+def _wait_ready_pipe(proc, ready_r: int, start: Start) -> float:
     """``_wait_ready`` for bwrap: the guard writes one byte to the ready pipe (EOF: it ended)."""
     if not start.clock_after_preload:
         return 0.0
@@ -747,7 +761,7 @@ def _wait_ready_pipe(proc, ready_r: int, start: _Start) -> float:
 
 
 def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python,
-                 start: _Start = _Start()) -> ProgramResult:
+                 start: Start = Start()) -> ProgramResult:
     """The process-level fallback (``allow_unsafe``): not a boundary."""
     global _UID_DROP_WORKS
     as_root = os.geteuid() == 0
@@ -786,8 +800,8 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
             startup = _wait_ready(proc, tmp, start)
             rc, timed_out = _wait_then_kill(
                 proc, timeout_s, (lambda: _kill_uid_processes(SANDBOX_UID)) if drop and _UID_DROP_WORKS else None)
-        res = _finish(out_path, err_path, rc, timed_out, timeout_s, max_output_bytes, t0, "process (unsafe)",
-                      startup)
+        res = _finish(out_path, err_path, _Seen(rc, timed_out, t0, startup), timeout_s, max_output_bytes,
+                      "process (unsafe)")
         if rc == 97 and not as_root:
             res.error = f"exit status {rc}"
         return res

@@ -17,6 +17,7 @@ import platform
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -143,15 +144,28 @@ def _per_seed_matrix(sub: pd.DataFrame, col: str, field: str = "correct_by_id") 
             for _, r in sub[sub["column"] == col].iterrows() if r[field]}
 
 
+@dataclass(frozen=True)
+class Score:
+    """A per-problem score the bootstrap compares: its field in the result rows, the scale to the table's
+    units, and whether mACC (the mean of the column differences) is reported."""
+
+    field: str
+    scale: float
+    with_macc: bool
+
+
+ACCURACY = Score("correct_by_id", 100.0, True)  # percentage points
+DISTANCE = Score("distance_by_id", 1.0, False)  # NaN where a prediction is not a number
+
+
 def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
-                     field: str = "correct_by_id", scale: float = 100.0, with_macc: bool = True,
-                     level: float = 0.95, with_p: bool = False) -> pd.DataFrame:
+                     score: Score = ACCURACY, level: float = 0.95, with_p: bool = False) -> pd.DataFrame:
     """Each loss minus ``baseline``, per column and for mACC (mean of the column differences), with
     a seed-aware 95 % interval (``numlearn.reporting.stats``: seeds and problems resampled, seeds
     paired when both sides ran the same ones) and, as a secondary column, the problem-only interval.
     Only seeds evaluated on every column of a row are used; problems are those both sides scored.
-    ``field``: the per-problem score (``correct_by_id``; ``distance_by_id``, NaN where a prediction is
-    not a number, with ``scale=1, with_macc=False``)."""
+    ``score``: the per-problem score (``ACCURACY``, ``DISTANCE``)."""
+    field, scale = score.field, score.scale
     if field not in df:
         return pd.DataFrame()
     df = df.copy()
@@ -189,7 +203,7 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
             diffs = multi_column_bootstrap(mats_a, mats_b, seeds_a, seeds_b, n_boot=n_boot, seed=seed, level=level)
             names = kept + ([MACC] if len(kept) > 1 else [])
             for c, d in zip(names, diffs, strict=True):
-                if c == MACC and not with_macc:
+                if c == MACC and not score.with_macc:
                     continue
                 r = d.as_dict(with_p)
                 for k in ("delta", "ci_low", "ci_high", "problem_ci_low", "problem_ci_high"):
@@ -270,7 +284,7 @@ def across_models(df: pd.DataFrame, base_model: str, loss: str = "mle", n_boot: 
     sub["alpha"] = None
     base = f"{loss} ({base_model})"
     acc = paired_bootstrap(sub, baseline=base, n_boot=n_boot)
-    dist = paired_bootstrap(sub, baseline=base, n_boot=n_boot, field="distance_by_id", scale=1.0, with_macc=False)
+    dist = paired_bootstrap(sub, baseline=base, n_boot=n_boot, score=DISTANCE)
     md = [f"Each model's {loss} minus `{base}`, accuracy points (seed-aware 95% CI; `*` as above):", "",
           _vs_mle_pivot(acc, lambda r: _ci_cell(r)).reset_index().to_markdown(index=False)] if not acc.empty else []
     if not dist.empty:
@@ -317,52 +331,91 @@ def load_table_results(paths, protocol: str | None = None, skip_bad: bool = Fals
     return df, sel
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which results a table is built from: the scorer (``protocol``; default: the one the results share),
+    unreadable files left out and named (``skip_bad``), benchmarks left out (``exclude_benchmarks``: the
+    split the weights were chosen on) and the sweep's chosen weights (``selected``: a selected.json)."""
+
+    protocol: str | None = None
+    skip_bad: bool = False
+    exclude_benchmarks: tuple[str, ...] = ()
+    selected: str | Path | None = None
+
+
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
-              protocol: str | None = None, skip_bad: bool = False, exclude_benchmarks: tuple[str, ...] = (),
-              selected: str | Path | None = None) -> dict:
+              select: Selection = Selection()) -> dict:
+    """Table 1 of the result files under ``paths`` into ``out_dir``: table1.md (accuracy, distance, digit
+    accuracy, each row minus MLE with its seed-aware interval, held-out digit metrics), table1.csv/.tex,
+    summary.json and the comparisons' CSVs."""
     skipped: list[str] = []
-    df, sel = load_table_results(paths, protocol, skip_bad, skipped, exclude_benchmarks, selected)
-    chosen_note = []
-    if sel:
-        chosen_note = ["", "Rows marked *val-chosen*: the loss's weight chosen on the validation split, never a test "
-                       f"split (`{selected}`: " + "; ".join(
-                           f"{loss} alpha={float(c['alpha']):g}" + (
-                               f", best mean {c.get('column', 'validation')} accuracy {c['accuracy']:.1f} % over "
-                               f"{c.get('seeds', '?')} seeds" if "accuracy" in c else "")
-                           for loss, c in sel.items()) + ")."]
+    df, sel = load_table_results(paths, select.protocol, select.skip_bad, skipped, select.exclude_benchmarks,
+                                 select.selected)
     for f in skipped:
         print(f"numlearn.reporting.aggregate: skipped unreadable {f}", file=sys.stderr)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = n_seeds(df)
-    mean, std, cols = accuracy_table(df)
-    ref_rows = []
-    if reference:
-        ref_rows = [{"model": m, "loss": loss, MACC: v} for (m, loss), v in PAPER_MACC.items()]
-    md = [header(command, out_dir=out), f"- evaluation protocol: {df['protocol'].iloc[0]}"
-          + (f"; {len(skipped)} unreadable result file(s) skipped" if skipped else ""), "", "## Accuracy (%)", "",
-          "mean ± std over seeds; mACC = unweighted mean over the columns. Rows in *italics* are the paper's "
-          "reported mACC over its seven benchmarks (authors' README), not comparable cell by cell.", "",
-          to_markdown(mean, std, cols, seeds, 1, ref_rows)] + chosen_note
-    flat = mean.copy()
-    flat.columns = [f"{c} acc" for c in flat.columns]
-    sflat = std.copy()
-    sflat.columns = [f"{c} acc_std" for c in sflat.columns]
-    dmean, dstd, dcols = accuracy_table(df[df["numerical_distance"].notna()], "numerical_distance", 1.0, with_macc=False) \
-        if df["numerical_distance"].notna().any() else (None, None, [])
-    if dmean is not None:
-        md += ["", "## Numerical distance (mean |slog(pred) - slog(truth)|, lower is better)", "",
-               to_markdown(dmean, dstd, dcols, seeds, 3)]
-        dflat = dmean.copy()
-        dflat.columns = [f"{c} dist" for c in dflat.columns]
-        flat = flat.join(dflat)
-    pd.concat([flat, sflat], axis=1).to_csv(out / "table1.csv")
-    (out / "table1.tex").write_text(to_latex(mean, std, cols) + "\n")
+    md, mean, std, cols = _accuracy_sections(df, out, command, reference, skipped)
+    if sel:
+        md += ["", "Rows marked *val-chosen*: the loss's weight chosen on the validation split, never a test "
+               f"split (`{select.selected}`: " + "; ".join(
+                   f"{loss} alpha={float(c['alpha']):g}" + (
+                       f", best mean {c.get('column', 'validation')} accuracy {c['accuracy']:.1f} % over "
+                       f"{c.get('seeds', '?')} seeds" if "accuracy" in c else "")
+                   for loss, c in sel.items()) + ")."]
+    md += _distance_section(df, out, mean, std)
     dig = digit_table(df)
     if not dig.empty:
         dig.to_csv(out / "digits.csv")
         md += ["", "## Per-digit-position accuracy (%, mean over seeds)", "", dig.reset_index().to_markdown(index=False)]
     boot = paired_bootstrap(df, n_boot=n_boot)
+    md += _versus_mle_sections(df, out, boot, n_boot) + _heldout_section(df, out, n_boot)
+    text = "\n".join(md) + "\n"
+    (out / "table1.md").write_text(text)
+    summary = {"n_results": len(df), "protocol": df["protocol"].iloc[0], "columns": cols, "rows": [list(ix) for ix in mean.index],
+               "macc": {f"{m}/{lab}": float(v) for (m, lab), v in mean[MACC].items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return {"markdown": text, "mean": mean, "std": std, "bootstrap": boot, "digits": dig}
+
+
+def _accuracy_sections(df: pd.DataFrame, out: Path, command: str | None, reference: bool, skipped: list[str]):
+    """table1.md's header and accuracy table (with the paper's mACC rows where ``reference``), and table1.tex."""
+    seeds = n_seeds(df)
+    mean, std, cols = accuracy_table(df)
+    ref_rows = [{"model": m, "loss": loss, MACC: v} for (m, loss), v in PAPER_MACC.items()] if reference else []
+    md = [header(command, out_dir=out), f"- evaluation protocol: {df['protocol'].iloc[0]}"
+          + (f"; {len(skipped)} unreadable result file(s) skipped" if skipped else ""), "", "## Accuracy (%)", "",
+          "mean ± std over seeds; mACC = unweighted mean over the columns. Rows in *italics* are the paper's "
+          "reported mACC over its seven benchmarks (authors' README), not comparable cell by cell.", "",
+          to_markdown(mean, std, cols, seeds, 1, ref_rows)]
+    (out / "table1.tex").write_text(to_latex(mean, std, cols) + "\n")
+    return md, mean, std, cols
+
+
+def _distance_section(df: pd.DataFrame, out: Path, mean: pd.DataFrame, std: pd.DataFrame) -> list[str]:
+    """The numerical-distance table (where any prediction is a number), and table1.csv: accuracy, its std
+    and the distance per column."""
+    flat = mean.copy()
+    flat.columns = [f"{c} acc" for c in flat.columns]
+    sflat = std.copy()
+    sflat.columns = [f"{c} acc_std" for c in sflat.columns]
+    md: list[str] = []
+    if df["numerical_distance"].notna().any():
+        dmean, dstd, dcols = accuracy_table(df[df["numerical_distance"].notna()], "numerical_distance", 1.0,
+                                            with_macc=False)
+        md = ["", "## Numerical distance (mean |slog(pred) - slog(truth)|, lower is better)", "",
+              to_markdown(dmean, dstd, dcols, n_seeds(df), 3)]
+        dflat = dmean.copy()
+        dflat.columns = [f"{c} dist" for c in dflat.columns]
+        flat = flat.join(dflat)
+    pd.concat([flat, sflat], axis=1).to_csv(out / "table1.csv")
+    return md
+
+
+def _versus_mle_sections(df: pd.DataFrame, out: Path, boot: pd.DataFrame, n_boot: int) -> list[str]:
+    """Each row minus MLE with its seed-aware interval: accuracy (``boot``; vs_mle.csv, with the problem-only
+    interval as a secondary table) and numerical distance (distance_vs_mle.csv)."""
+    md: list[str] = []
     if not boot.empty:
         boot.to_csv(out / "vs_mle.csv", index=False)
         piv = _vs_mle_pivot(boot, lambda r: _ci_cell(r))
@@ -374,35 +427,37 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
                piv.reset_index().to_markdown(index=False),
                "", "### Secondary: problem-only 95% CI (seeds averaged first; ignores seed-to-seed variation)", "",
                ppiv.reset_index().to_markdown(index=False)]
-    dboot = paired_bootstrap(df, n_boot=n_boot, field="distance_by_id", scale=1.0, with_macc=False)
+    dboot = paired_bootstrap(df, n_boot=n_boot, score=DISTANCE)
     if not dboot.empty:
         dboot.to_csv(out / "distance_vs_mle.csv", index=False)
         piv = _vs_mle_pivot(dboot, lambda r: _ci_cell(r, f=".3f"))
         md += ["", "## Each loss minus MLE, numerical distance (seed-aware 95% CI; negative = closer to the truth)", "",
                "The same hierarchical bootstrap over each seed's mean distance on the problems whose prediction is a "
                "number (the table's per-seed metric). `*` as above.", "", piv.reset_index().to_markdown(index=False)]
+    return md
+
+
+def _heldout_section(df: pd.DataFrame, out: Path, n_boot: int) -> list[str]:
+    """The held-out teacher-forced digit metrics (one value per trained model) and each row minus MLE on
+    them (heldout_vs_mle.csv)."""
     held_md, held = heldout_table(df, n_boot=n_boot)
-    if held_md:
-        md += ["", "## Held-out teacher-forced digit metrics (one value per trained model; mean ± std over seeds)",
-               "", held_md]
-        if not held.empty:
-            held.to_csv(out / "heldout_vs_mle.csv", index=False)
-            h = held.copy()
-            scale = h["metric"].map(lambda k: HELDOUT_METRICS[k][1])
-            for c in ("delta", "ci_low", "ci_high"):
-                h[c] = h[c] * scale
-            h["cell"] = h.apply(lambda r: _ci_cell(r, f=".1f" if HELDOUT_METRICS[r["metric"]][1] == 100.0 else ".3f"),
-                                axis=1)
-            h["metric"] = h["metric"].map(lambda k: HELDOUT_METRICS[k][0])
-            hp = h.pivot_table(index=["model", "loss"], columns="metric", values="cell", aggfunc="first")
-            md += ["", "Each loss minus MLE (seed bootstrap 95% CI, paired by seed; `*` as above):", "",
-                   hp.reset_index().to_markdown(index=False)]
-    text = "\n".join(md) + "\n"
-    (out / "table1.md").write_text(text)
-    summary = {"n_results": len(df), "protocol": df["protocol"].iloc[0], "columns": cols, "rows": [list(ix) for ix in mean.index],
-               "macc": {f"{m}/{lab}": float(v) for (m, lab), v in mean[MACC].items()}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return {"markdown": text, "mean": mean, "std": std, "bootstrap": boot, "digits": dig}
+    if not held_md:
+        return []
+    md = ["", "## Held-out teacher-forced digit metrics (one value per trained model; mean ± std over seeds)", "",
+          held_md]
+    if not held.empty:
+        held.to_csv(out / "heldout_vs_mle.csv", index=False)
+        h = held.copy()
+        scale = h["metric"].map(lambda k: HELDOUT_METRICS[k][1])
+        for c in ("delta", "ci_low", "ci_high"):
+            h[c] = h[c] * scale
+        h["cell"] = h.apply(lambda r: _ci_cell(r, f=".1f" if HELDOUT_METRICS[r["metric"]][1] == 100.0 else ".3f"),
+                            axis=1)
+        h["metric"] = h["metric"].map(lambda k: HELDOUT_METRICS[k][0])
+        hp = h.pivot_table(index=["model", "loss"], columns="metric", values="cell", aggfunc="first")
+        md += ["", "Each loss minus MLE (seed bootstrap 95% CI, paired by seed; `*` as above):", "",
+               hp.reset_index().to_markdown(index=False)]
+    return md
 
 
 def main(argv=None) -> int:
@@ -425,9 +480,9 @@ def main(argv=None) -> int:
         from numlearn.provenance import check_output_dir
 
         check_output_dir(a.out, "--out")
-        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, protocol=a.protocol,
-                        skip_bad=a.skip_bad, exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b),
-                        selected=a.selected)
+        select = Selection(protocol=a.protocol, skip_bad=a.skip_bad, selected=a.selected,
+                           exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b))
+        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, select=select)
     except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2

@@ -33,7 +33,9 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import (
+    DISTANCE,
     HELDOUT_METRICS,
+    Score,
     _row_label,
     header,
     heldout_table,
@@ -80,11 +82,10 @@ def _interval(df: pd.DataFrame, kind: str, name: str, n_boot: int, seed: int, le
         for c in ("delta", "ci_low", "ci_high"):
             r[c] = r[c] * HELDOUT_METRICS[name][1]
         return r
-    field, scale = ("correct_by_id", 100.0) if kind == "accuracy" else ("distance_by_id", 1.0)
+    score = Score("correct_by_id", 100.0, False) if kind == "accuracy" else DISTANCE
     # every column is bootstrapped although one is kept: the columns share one random stream (and one seed
     # draw per replicate), as in table1.md
-    t = paired_bootstrap(df, n_boot=n_boot, seed=seed, field=field, scale=scale, with_macc=False, level=level,
-                         with_p=True)
+    t = paired_bootstrap(df, n_boot=n_boot, seed=seed, score=score, level=level, with_p=True)
     if t.empty:
         return None
     t = t[t["column"] == name]
@@ -131,13 +132,17 @@ def grid_edges(selected: dict | None) -> dict[tuple[str, float], str]:
     return out
 
 
+BASELINE = "mle"  # every comparison is a row minus this one, as in table1.md's "minus MLE" tables
+
+
 def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_seeds=(), selected=None,
-               n_boot: int = 20000, level: float = 0.95, baseline: str = "mle", family_metrics=()) -> pd.DataFrame:
-    """One row per (table row, primary metric). ``family``: declared (row, alpha, metric) comparisons;
-    ``family_metrics``: every non-baseline row on these metrics is in the family too (a study's rule)."""
+               n_boot: int = 20000, level: float = 0.95, family_metrics=()) -> pd.DataFrame:
+    """One row per (table row, primary metric), each minus ``BASELINE``. ``family``: declared (row, alpha,
+    metric) comparisons; ``family_metrics``: every other row on these metrics is in the family too (a
+    study's rule)."""
     df = df.copy()
     df["label"] = _row_label(df)
-    base_label = df.loc[df["loss"] == baseline, "label"].iloc[0]
+    base_label = df.loc[df["loss"] == BASELINE, "label"].iloc[0]
     chosen = df.groupby("label")["chosen"].first() if "chosen" in df else pd.Series(dtype=bool)
     edges = grid_edges(selected)
     rows = []

@@ -100,6 +100,7 @@ def multi_column_bootstrap(cols_a, cols_b, seeds_a=None, seeds_b=None, n_boot: i
     rng = np.random.default_rng(seed)
     q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
     seedable = min(k_a, k_b) >= 2
+    design = _Design(q, k_a, k_b, paired, seedable)
     w_a = _counts(rng, k_a, n_boot) if seedable else None
     w_b = (w_a if paired else _counts(rng, k_b, n_boot)) if seedable else None
     out, boots, pboots, points, n_total = [], [], [], [], 0
@@ -117,10 +118,9 @@ def multi_column_bootstrap(cols_a, cols_b, seeds_a=None, seeds_b=None, n_boot: i
         boots.append(boot)
         pboots.append(pb)
         points.append(point)
-        out.append(_difference(point, boot, pb, q, k_a, k_b, n, paired, seedable))
+        out.append(_difference(point, boot, pb, n, design))
     if len(cols_a) > 1:
-        out.append(_difference(float(np.mean(points)), np.mean(boots, 0), np.mean(pboots, 0), q, k_a, k_b,
-                               n_total, paired, seedable))
+        out.append(_difference(float(np.mean(points)), np.mean(boots, 0), np.mean(pboots, 0), n_total, design))
     return out
 
 
@@ -144,15 +144,27 @@ def _nanmean(r: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
         return (w * np.where(ok, r.T, 0.0)).sum(1) / (w * ok).sum(1)
 
 
-def _difference(point, boot, pboot, q, k_a, k_b, n, paired, seedable) -> Difference:
+@dataclass(frozen=True)
+class _Design:
+    """What every column's difference of one comparison shares: the percentiles of its interval, the seed
+    counts of its two sides, whether the seeds pair, and whether there are seeds enough to resample."""
+
+    q: list[float]
+    k_a: int
+    k_b: int
+    paired: bool
+    seedable: bool
+
+
+def _difference(point, boot, pboot, n, d: _Design) -> Difference:
     boot, pboot = np.asarray(boot), np.asarray(pboot)
-    boot = boot[np.isfinite(boot)] if seedable else boot
+    boot = boot[np.isfinite(boot)] if d.seedable else boot
     pboot = pboot[np.isfinite(pboot)]
-    seedable = seedable and boot.size > 0
-    lo, hi = np.percentile(boot, q) if seedable else (float("nan"), float("nan"))
-    plo, phi = np.percentile(pboot, q) if pboot.size else (float("nan"), float("nan"))
-    return Difference(point, float(lo), float(hi), float(plo), float(phi), k_a, k_b, n, paired,
-                      _significant(float(lo), float(hi), k_a, k_b), bootstrap_p(boot) if seedable else float("nan"))
+    seedable = d.seedable and boot.size > 0
+    lo, hi = np.percentile(boot, d.q) if seedable else (float("nan"), float("nan"))
+    plo, phi = np.percentile(pboot, d.q) if pboot.size else (float("nan"), float("nan"))
+    return Difference(point, float(lo), float(hi), float(plo), float(phi), d.k_a, d.k_b, n, d.paired,
+                      _significant(float(lo), float(hi), d.k_a, d.k_b), bootstrap_p(boot) if seedable else float("nan"))
 
 
 def bootstrap_p(boot) -> float:

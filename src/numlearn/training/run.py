@@ -294,7 +294,7 @@ def truncate_metrics(path: Path, step: int) -> None:
             continue
         if isinstance(rec, dict) and rec.get("step", 0) <= step:
             keep.append(line)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text("".join(k + "\n" for k in keep))
     tmp.replace(path)
 
@@ -330,29 +330,67 @@ def whole_run_loss(path: Path) -> float | None:
     return tot / n if n else None
 
 
-def train(cfg: DictConfig) -> Path:
+class TrainRecipe:
+    """One training run of a composed config. ``plan()`` makes every decision once -- data access, tokenizer,
+    loss and its effective weight, the template draw, the fused path -- without loading a weight, and
+    returns the typed ``RunPlan``; ``record(status)`` is that plan's run.json. ``fit()`` runs the plan
+    in its run dir (model, Trainer, resume, train, save, the completed record). ``run()`` is what
+    ``python -m numlearn.train`` does: a complete run is skipped, the run dir is held while it trains.
 
-    run_dir = _abs(cfg.run_dir)
-    if (run_dir / "final").is_dir() and (bad := damaged_weights(run_dir / "final")):
-        print(f"[numlearn.train] {run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
-              "training again (from the last checkpoint, if any)", file=sys.stderr, flush=True)
-    if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
-        have = RunRecord.of_run_dir(run_dir).recipe
-        if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
-            raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
-                             f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
-                             "experiment_name=<new name>, or replace that run with force=true")
-        log.info("run already complete: %s (force=true to retrain)", run_dir)
-        print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
-        return run_dir
-    plan = plan_run(cfg)  # every option checked, loss built: errors come before any weight loads
-    run_dir.mkdir(parents=True, exist_ok=True)
-    main = is_main_process()
-    if main and not cfg.get("dry_run", False):  # one training per run dir (the main process holds it)
-        with RunDirLock(run_dir / "train.lock", "training",
-                        "wait for it to finish (its run then reads as complete), or stop it first"):
-            return _train_in(cfg, plan, run_dir, main)
-    return _train_in(cfg, plan, run_dir, main)
+        recipe = TrainRecipe(cfg)
+        plan = recipe.plan()          # errors in the config come here, before any weight loads
+        plan.effective_weight, plan.fused_linear, plan.templates
+        run_dir = recipe.run()
+    """
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self._plan: RunPlan | None = None
+
+    def plan(self) -> RunPlan:
+        if self._plan is None:
+            self._plan = plan_run(self.cfg)  # every option checked, loss built: errors before any weight loads
+        return self._plan
+
+    def record(self, status: str) -> dict:
+        """run.json of the plan with ``status`` (running, complete, dry_run)."""
+        return run_metadata(self.cfg, self.plan(), status)
+
+    def fit(self) -> Path:
+        """Run the plan in its run dir (``force`` clears it first; ``dry_run`` writes the record and stops)."""
+        plan = self.plan()
+        plan.run_dir.mkdir(parents=True, exist_ok=True)
+        return _train_in(self.cfg, plan, plan.run_dir, is_main_process())
+
+    def run(self) -> Path:
+        """``fit()`` unless the run dir holds this recipe's complete run; the main process holds the run
+        dir's lock while it trains (one training per run dir)."""
+        cfg = self.cfg
+        run_dir = _abs(cfg.run_dir)
+        if (run_dir / "final").is_dir() and (bad := damaged_weights(run_dir / "final")):
+            print(f"[numlearn.train] {run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
+                  "training again (from the last checkpoint, if any)", file=sys.stderr, flush=True)
+        if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
+            have = RunRecord.of_run_dir(run_dir).recipe
+            if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
+                raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
+                                 f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
+                                 "experiment_name=<new name>, or replace that run with force=true")
+            log.info("run already complete: %s (force=true to retrain)", run_dir)
+            print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
+            return run_dir
+        self.plan()
+        if is_main_process() and not cfg.get("dry_run", False):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with RunDirLock(run_dir / "train.lock", "training",
+                            "wait for it to finish (its run then reads as complete), or stop it first"):
+                return self.fit()
+        return self.fit()
+
+
+def train(cfg: DictConfig) -> Path:
+    """Train the run ``cfg`` composes: ``TrainRecipe(cfg).run()``."""
+    return TrainRecipe(cfg).run()
 
 
 def _train_in(cfg: DictConfig, plan: RunPlan, run_dir: Path, main: bool) -> Path:
@@ -498,6 +536,7 @@ def training_arguments(cfg: DictConfig, plan: RunPlan, use_cuda: bool):
         average_tokens_across_devices=True,
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
         train_sampling_strategy=str(tcfg.sampling),
+        ddp_timeout=int(tcfg.ddp_timeout_s),
     )
 
 

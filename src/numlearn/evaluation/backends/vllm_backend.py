@@ -10,16 +10,18 @@ from .base import Backend, SamplingConfig, truncate_at_stop
 class VLLMBackend(Backend):
     name = "vllm"
 
-    def __init__(self, model_path: str, tokenizer_path: str | None = None, dtype: str = "bfloat16",
-                 tensor_parallel_size: int = 1, max_model_len: int = 4096, seed: int = 0,
-                 enforce_eager: bool = False, gpu_memory_utilization: float = 0.9, **_):
+    def __init__(self, model_path: str, dtype: str = "bfloat16", tensor_parallel_size: int = 1,
+                 max_model_len: int = 4096, seed: int = 0, enforce_eager: bool = False,
+                 gpu_memory_utilization: float = 0.9, **_):
+        """The engine of ``model_path`` (a run's ``final`` directory or a hub id, its tokenizer beside it);
+        the keywords the HF backend takes (``batch_size``, ``device``) are ignored: vLLM batches itself."""
         try:
             from vllm import LLM
         except ImportError as e:
             raise ImportError("eval.backend=vllm needs vLLM: pip install -e '.[vllm]' on a GPU machine "
                               "(or the CPU build, see `make test-vllm`); eval.backend=hf runs anywhere") from e
         super().__init__()
-        kwargs = dict(model=str(model_path), tokenizer=str(tokenizer_path or model_path), dtype=dtype,
+        kwargs = dict(model=str(model_path), tokenizer=str(model_path), dtype=dtype,
                       tensor_parallel_size=int(tensor_parallel_size), max_model_len=int(max_model_len),
                       seed=int(seed), enforce_eager=bool(enforce_eager), generation_config="vllm")
         try:
