@@ -99,7 +99,7 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
         try:
             from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
         except ImportError as e:
-            raise SystemExit(f"liger-kernel is not installed ({e}): `make gpu-check-wheels` carries {LIGER_PIN}")
+            raise SystemExit(f"liger-kernel is not installed ({e}): `make gpu-check-wheels` carries {LIGER_PIN}") from e
         if not cuda:
             raise SystemExit("liger-kernel's fused linear cross-entropy is a Triton kernel: --device cuda only")
         liger = LigerFusedLinearCrossEntropyLoss()  # mean CE over the targets, as hf_default

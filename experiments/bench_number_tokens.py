@@ -87,7 +87,7 @@ def run_variant(name: str, B: int, T: int, H: int, reps: int) -> dict:
 
     from numlearn.losses import build_loss, number_token_vocab, shift_targets
     from numlearn.losses.base import _CrossEntropyWithDigitLogits
-    from numlearn.losses.linear import linear_ce_and_digit_logits
+    from numlearn.losses.linear import LinearOptions, linear_ce_and_digit_logits
     from numlearn.losses.numbers import number_targets
 
     torch.manual_seed(0)
@@ -127,8 +127,8 @@ def run_variant(name: str, B: int, T: int, H: int, reps: int) -> dict:
         idx = torch.nonzero(flat_t != -100).squeeze(1)
 
         def base():  # the chunked linear CE alone
-            ce_sum, _ = linear_ce_and_digit_logits(h.reshape(-1, H), W, None, idx, flat_t[idx], empty, empty,
-                                                   1024, None, None)
+            ce_sum, _ = linear_ce_and_digit_logits(h.reshape(-1, H), W, None, idx, flat_t[idx],
+                                                   options=LinearOptions(1024))
             return ce_sum / float(idx.numel())
 
         if name == "linear_ce":

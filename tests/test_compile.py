@@ -214,7 +214,7 @@ def test_example_mean_normalisations_trace_as_one_graph_and_match_eager(name, pa
     fn = build_loss(name, VOCAB, **opts)
     packed = torch.tensor([list(range(6)) + list(range(6)), list(range(12))])  # row 0 holds two sequences
     for pos in (None, packed):
-        def f(x, labels, w):
+        def f(x, labels, w, pos=pos):
             kw = {"position_ids": pos}
             out = fn(x, labels, **kw) if path == "logits" else fn.from_hidden(x, w, labels, chunk_size=5, **kw)
             return out.loss

@@ -17,9 +17,6 @@ KNOWN = {
     # execution options (chunk_size, logit_transform, position_ids, loss_weights, grad_accumulation, fused_chain)
     "losses/base.py:DigitLoss.from_hidden": "params",
     "losses/token_level.py:MixCELoss.from_hidden": "params",
-    # the kernel's pass over the chunks and its entry point (the autograd function's inputs, named)
-    "losses/linear.py:_ce_pass": "params",
-    "losses/linear.py:linear_ce_and_digit_logits": "params",
 }
 
 

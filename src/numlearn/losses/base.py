@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .digits import DigitVocab
-from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
+from .linear import DEFAULT_CHUNK, LinearOptions, LogitTransform, linear_ce_and_digit_logits
 from .numbers import NumberVocab
 from .spans import IGNORE_INDEX, DigitTargets, example_id_bound, example_ids, per_example_weights, to_targets
 from .steps import STEP_FIELDS, StepCounts
@@ -426,6 +426,7 @@ class DigitLoss(TokenLoss):
         ce_w = _times(ce_w, lw)
         idx, ce_w, ce_t = trained_rows(flat_t, ce_w)
         per_row = self.reduction == "none"
+        options = LinearOptions(chunk_size, logit_transform, per_row, in_w, fused_chain)
 
         def spread(ce_rows):  # reduction="none": the [K] rows' CE at their flat positions
             if not per_row:
@@ -433,14 +434,13 @@ class DigitLoss(TokenLoss):
             return torch.zeros(flat_t.shape[0], dtype=ce_rows.dtype, device=ce_rows.device).index_add(0, idx, ce_rows)
 
         if self.vocab is None:  # MLE with a digit-merging tokenizer: plain CE
-            none = torch.zeros(0, dtype=torch.long, device=hidden.device)
-            ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], none, none,
-                                                   chunk_size, logit_transform, ce_w, per_row, in_w, fused_chain)
+            ce_sum, _ = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], ce_w,
+                                                   options=options)
             return self._output(self._ce(spread(ce_sum), targets, step, n_ex), targets)
         # the digit columns only (number tokens: their <= 1,110 columns), h @ W[cols].T: never the full logits
         g = self.vocab.gather(targets, lm_head_weight.shape[0], self.float_spans, dense=True)
-        ce_sum, z = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], g.rows, g.cols,
-                                               chunk_size, logit_transform, ce_w, per_row, in_w, fused_chain)
+        ce_sum, z = linear_ce_and_digit_logits(h2, lm_head_weight, lm_head_bias, idx, ce_t[idx], ce_w,
+                                               (g.rows, g.cols), options)
         zd, number_view = g.finish(z, flat_t)
         return self._combine(spread(ce_sum), zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
 

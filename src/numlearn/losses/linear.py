@@ -125,7 +125,8 @@ class _ChunkedLinearCE(torch.autograd.Function):
         need = tuple(n and grad_enabled and not per_row for n in ctx.needs_input_grad[:3])
         gh, gw, gb = _grad_buffers(h, weight, bias, need, ctx.grad_in_weight_dtype)
         out = torch.zeros(idx.shape[0] if per_row else (), dtype=torch.float32, device=h.device)
-        _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, gb, out, ctx.fused_chain)
+        _ce_pass(h, (w_c, b_c), (idx, targets, weights), (gh, gw, gb), out,
+                 _Pass(chunk_size, transform, ctx.fused_chain))
         # the digit columns' raw logits (h @ W.T + b); the caller applies the transform under autograd
         zd = _chunk_logits(h[rows], w_c[cols], b_c[cols] if b_c is not None else None)
         extra = (idx, targets, bias if bias is not None else torch.empty(0),
@@ -154,8 +155,9 @@ class _ChunkedLinearCE(torch.autograd.Function):
                 row_w = g.float() * (weights.float() if ctx.has_weights else 1.0)
                 w_full = weight if ctx.cdt is None else weight.to(ctx.cdt)
                 b_full = bias if (ctx.cdt is None or bias is None) else bias.to(ctx.cdt)
-                _ce_pass(h, w_full, b_full, idx, targets, ctx.chunk_size, ctx.transform, row_w, gh, gw, gb,
-                         torch.zeros((), dtype=torch.float32, device=h.device), ctx.fused_chain)
+                _ce_pass(h, (w_full, b_full), (idx, targets, row_w), (gh, gw, gb),
+                         torch.zeros((), dtype=torch.float32, device=h.device),
+                         _Pass(ctx.chunk_size, ctx.transform, ctx.fused_chain))
         else:
             gh, gw, gb = (x if has else None for x, has in zip((gh, gw, gb), ctx.has))
             g = g.float() if g is not None else torch.zeros((), device=h.device)
@@ -235,12 +237,25 @@ def _fused_chain():
     return _COMPILED_CHAIN
 
 
-def _ce_pass(h, w_c, b_c, idx, targets, chunk_size, transform, weights, gh, gw, gb, out,
-             fused_chain: bool = False) -> None:
-    """One pass over the target rows ``chunk_size`` at a time: each row's CE (times ``weights``) into ``out``
+@dataclass(frozen=True)
+class _Pass:
+    """How ``_ce_pass`` walks the rows: ``chunk_size`` at a time, ``transform`` on each chunk's logits, and the
+    chain compiled (``fused_chain``) or eager."""
+
+    chunk_size: int
+    transform: LogitTransform
+    fused_chain: bool = False
+
+
+def _ce_pass(h, head, targets, grads, out, how: _Pass) -> None:
+    """One pass over the target rows ``how.chunk_size`` at a time: each row's CE (times its weight) into ``out``
     (a scalar: summed; ``[K]``: per row), and, where buffers are given, its gradient for an upstream 1 into
-    them while the chunk's logits exist. ``fused_chain``: the softmax-minus-one-hot chain as one compiled
-    kernel (``_chain``) where no soft cap is applied."""
+    them while the chunk's logits exist. ``head``: (W, b) in the product's dtype; ``targets``: (``[K]`` rows of
+    ``h``, their target ids, ``[K]`` weights or None); ``grads``: the (h, W, b) buffers or Nones.
+    ``how.fused_chain``: the softmax-minus-one-hot chain as one compiled kernel (``_chain``) where no soft cap
+    is applied."""
+    (w_c, b_c), (idx, targets, weights), (gh, gw, gb) = head, targets, grads
+    chunk_size, transform, fused_chain = how.chunk_size, how.transform, how.fused_chain
     any_grad = gh is not None or gw is not None or gb is not None
     for s in range(0, idx.shape[0], chunk_size):
         i_c, t_c = idx[s : s + chunk_size], targets[s : s + chunk_size]
@@ -315,17 +330,33 @@ def auto_chunk_size(rows: int, hidden: int, vocab: int) -> int:
     return 1 << (need - 1).bit_length()
 
 
-def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_size: int = DEFAULT_CHUNK,
-                               transform: LogitTransform | None = None, weights: torch.Tensor | None = None,
-                               per_row: bool = False, grad_in_weight_dtype: bool = False, fused_chain: bool = False):
+@dataclass(frozen=True)
+class LinearOptions:
+    """How ``linear_ce_and_digit_logits`` runs: ``chunk_size`` target rows per chunk (or ``"auto"``:
+    ``auto_chunk_size``); ``transform`` on the logits (None: identity); ``per_row``: the ``[K]`` weighted CE of
+    each row instead of the sum (its backward recomputes the chunks); ``grad_in_weight_dtype``: accumulate grad W
+    over the chunks in the weight's dtype (for a bf16 head: no fp32 ``[V, H]`` buffer, at bf16 rounding per chunk,
+    as Liger-Kernel does) instead of fp32 (the default); ``fused_chain``: each chunk's softmax-minus-one-hot chain
+    as one compiled kernel (``_chain``, ``torch.compile``) instead of nine eager in-place steps."""
+
+    chunk_size: int | str = DEFAULT_CHUNK
+    transform: LogitTransform | None = None
+    per_row: bool = False
+    grad_in_weight_dtype: bool = False
+    fused_chain: bool = False
+
+
+def linear_ce_and_digit_logits(h, weight, bias, idx, targets, weights: torch.Tensor | None = None,
+                               digits: tuple[torch.Tensor, torch.Tensor] | None = None,
+                               options: LinearOptions = LinearOptions()):
     """(summed CE of ``transform(h[idx] @ W.T + b)`` against ``targets``, fp32 ``[N, 10]`` logits
     ``transform(h[rows] @ W[cols].T + b[cols])``). ``h``: ``[M, H]``; ``idx``: ``[K]`` rows with a
-    target; ``rows``: ``[N]`` digit-target rows; ``cols``: the ten digit ids; ``weights``: ``[K]``
-    per-row weights of the CE sum (None: 1); ``per_row``: the ``[K]`` weighted CE of each row instead of the
-    sum (its backward recomputes the chunks); ``grad_in_weight_dtype``: accumulate grad W over the chunks in the
-    weight's dtype (for a bf16 head: no fp32 ``[V, H]`` buffer, at bf16 rounding per chunk, as Liger-Kernel does)
-    instead of fp32 (the default); ``fused_chain``: each chunk's softmax-minus-one-hot chain as one compiled kernel
-    (``_chain``, ``torch.compile``) instead of nine eager in-place steps."""
+    target; ``weights``: ``[K]`` per-row weights of the CE sum (None: 1); ``digits``: (``rows``, ``[N]``
+    digit-target rows; ``cols``, the ten digit ids), None for none (``[0, 10]`` logits); ``options``:
+    ``LinearOptions`` (chunking, transform, per-row CE, grad W's dtype, the compiled chain)."""
+    none = torch.zeros(0, dtype=torch.long, device=h.device)
+    rows, cols = digits if digits is not None else (none, none)
+    chunk_size, transform = options.chunk_size, options.transform
     transform = transform or IDENTITY
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"expected h [M, H] and weight [V, H], got {tuple(h.shape)} and {tuple(weight.shape)}")
@@ -334,8 +365,8 @@ def linear_ce_and_digit_logits(h, weight, bias, idx, targets, rows, cols, chunk_
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an int >= 1 or 'auto', got {chunk_size!r}")
     ce_sum, zd = _ChunkedLinearCE.apply(h, weight, bias, idx, targets, rows, cols, int(chunk_size),
-                                        torch.is_grad_enabled(), transform, weights, bool(per_row),
-                                        bool(grad_in_weight_dtype), bool(fused_chain))
+                                        torch.is_grad_enabled(), transform, weights, bool(options.per_row),
+                                        bool(options.grad_in_weight_dtype), bool(options.fused_chain))
     return ce_sum, (zd if transform.identity else transform(zd))
 
 
@@ -345,6 +376,6 @@ def chunked_linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, bias: to
     """Summed cross-entropy of ``h @ weight.T + bias`` (``[K, H]``, ``[V, H]``, ``[V]`` or None)
     against ``targets`` (``[K]`` long, every row a real target), never holding more than
     ``chunk_size`` rows of logits."""
-    none = torch.zeros(0, dtype=torch.long, device=h.device)
     idx = torch.arange(h.shape[0], device=h.device)
-    return linear_ce_and_digit_logits(h, weight, bias, idx, targets, none, none, chunk_size, transform)[0]
+    return linear_ce_and_digit_logits(h, weight, bias, idx, targets,
+                                      options=LinearOptions(chunk_size, transform))[0]

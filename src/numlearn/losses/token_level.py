@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .base import LossOutput, TokenLoss, _digit_stats, digit_view, hidden_inputs, step_of, trained_rows
 from .digits import DigitVocab
-from .linear import DEFAULT_CHUNK, LogitTransform, linear_ce_and_digit_logits
+from .linear import DEFAULT_CHUNK, LinearOptions, LogitTransform, linear_ce_and_digit_logits
 from .spans import to_targets
 from .steps import StepCounts
 
@@ -128,12 +128,11 @@ class MixCELoss(_FullSoftmaxLoss):
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         idx, valid, ce_t = trained_rows(flat_t, None)  # compiled: every row, weight 0 where ignored
-        none = torch.zeros(0, dtype=torch.long, device=hidden.device)
         g = self.vocab.gather(targets, lm_head_weight.shape[0], True, dense=True) if self.vocab is not None else None
         ce, z = linear_ce_and_digit_logits(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight, lm_head_bias, idx,
-                                           ce_t[idx], g.rows if g else none, g.cols if g else none, chunk_size,
-                                           logit_transform, valid, self.form == "paper",
-                                           in_w, fused_chain)
+                                           ce_t[idx], valid, (g.rows, g.cols) if g else None,
+                                           LinearOptions(chunk_size, logit_transform, self.form == "paper", in_w,
+                                                         fused_chain))
         denom = self._ce_denominator(flat_t.view(1, -1), num_items_in_batch)
         if self.form == "paper":  # ce: [K] per-row CE (0 at an ignored row)
             loss, ce = self._mix(ce).sum() / denom, ce.sum() / denom
