@@ -277,3 +277,45 @@ def test_auto_chunk_size_is_sized_from_h_and_v():
             loss_chunk_size(bad)
     with pytest.raises(ValueError, match="chunk_size must be an int >= 1 or 'auto'"):
         fn.from_hidden(hidden, weight, labels, chunk_size="huge")
+
+
+@pytest.mark.parametrize("accumulation", ["weight", "float32"])
+def test_a_bf16_head_forms_no_tensor_beyond_one_chunk_block_but_the_gradients(accumulation):
+    """Issue 45 item 2, the memory bound by construction: every tensor any op produces during a bf16 head's
+    fused DEL (forward and backward), other than the gradients it returns, is at most 1.2x one fp32
+    [chunk, V] block -- no [V, H] product, no fp32 copy of one, no whole-chunk bf16 copy. With the default fp32
+    accumulator the one exception is that [V, H] fp32 buffer. (The code before the vocabulary blocks formed
+    gz.T @ h as a bf16 [V, H] product and its fp32 copy on every chunk.)"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Produced(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.numel():
+                    self.seen.append((t.numel() * t.element_size(), t.untyped_storage().data_ptr(), str(func),
+                                      tuple(t.shape), t.dtype))
+            return out
+
+    Vb, Hb, chunk = 300, 16, 5
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(3, 23, Hb, generator=g).bfloat16().requires_grad_()
+    w = (torch.randn(Vb, Hb, generator=g) * 0.3).bfloat16().requires_grad_()
+    labels = torch.randint(0, Vb, (3, 23), generator=g)
+    labels[2, 7:10] = torch.tensor([3, 10, 5])
+    mode = Produced()
+    with mode:
+        DELLoss(VOCAB, alpha=1.28).from_hidden(h, w, labels, chunk_size=chunk,
+                                               grad_accumulation=accumulation).loss.backward()
+    returned = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
+    block = chunk * Vb * 4  # one fp32 [chunk, V] block, bytes
+    over = [s for s in mode.seen if s[1] not in returned and s[0] > 1.2 * block]
+    if accumulation == "weight":
+        assert not over, over
+    else:
+        assert over and all(s[3] == (Vb, Hb) and s[4] == torch.float32 for s in over), over
