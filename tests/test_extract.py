@@ -91,6 +91,23 @@ def test_force_choice_letter_option_and_unknown_benchmark():
         extract_answer("gsm9k", "1")
 
 
+def test_a_benchmark_by_name_without_the_config_tree_is_an_error_not_an_exit(monkeypatch, tmp_path):
+    """A library call on a wheel install (no conf/): a ValueError naming the fix, where it used to sys.exit the
+    caller's process from inside ``extract_answer``. A spec object needs no config tree."""
+    from numlearn.evaluation import spec
+
+    spec._spec_by_name.cache_clear()
+    gsm8k = spec.as_spec("gsm8k")
+    monkeypatch.setenv("NUMLEARN_CONF_DIR", str(tmp_path / "no_conf"))
+    spec._spec_by_name.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="pass a BenchmarkSpec instead"):
+            extract_answer("gsm8k", "so 12")
+        assert extract_answer(gsm8k, "so 12") == "12"
+    finally:
+        spec._spec_by_name.cache_clear()
+
+
 def test_very_long_numbers_do_not_break_extraction():
     long = "1" * 80
     assert extract_answer("svamp", f"The answer is {long}") == long  # beyond Decimal's 28 digits

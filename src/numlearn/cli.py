@@ -11,15 +11,23 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def find_conf_dir() -> Path | None:
+    """``conf/`` (or ``NUMLEARN_CONF_DIR``) where it holds the config tree, else None (a wheel install): for library
+    code, which raises its own error instead of exiting."""
+    d = Path(os.environ.get("NUMLEARN_CONF_DIR", REPO_ROOT / "conf"))
+    return d if (d / "config.yaml").exists() else None
+
+
 def conf_dir() -> str:
-    """``conf/`` (or ``NUMLEARN_CONF_DIR``), with the config schema registered (``numlearn.schema``)."""
+    """``conf/`` (or ``NUMLEARN_CONF_DIR``), with the config schema registered (``numlearn.schema``); the
+    entry points' view: a missing tree ends the command with one line."""
     from numlearn.schema import register
 
     register()
-    d = Path(os.environ.get("NUMLEARN_CONF_DIR", REPO_ROOT / "conf"))
-    if not (d / "config.yaml").exists():
-        sys.exit(f"error: Hydra config directory {d} not found; run from a clone of numlearn "
-                 "(pip install -e .) or set NUMLEARN_CONF_DIR")
+    d = find_conf_dir()
+    if d is None:
+        sys.exit(f"error: Hydra config directory {os.environ.get('NUMLEARN_CONF_DIR', REPO_ROOT / 'conf')} not "
+                 "found; run from a clone of numlearn (pip install -e .) or set NUMLEARN_CONF_DIR")
     return str(d)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 ANSWER_KINDS = ("number", "math", "choice")
 BASE_TRIGGERS = ("The answer is:", "The answer is", "the answer is")
@@ -63,10 +62,14 @@ def as_spec(benchmark: str | BenchmarkSpec) -> BenchmarkSpec:
 
 @cache
 def _spec_by_name(name: str) -> BenchmarkSpec:
-    from numlearn.cli import conf_dir
+    from numlearn.cli import find_conf_dir
     from numlearn.schema import load_benchmark_config
 
-    folder = Path(conf_dir()) / "eval" / "benchmark"
+    conf = find_conf_dir()
+    if conf is None:  # a library call (a wheel install has no conf/): an error to catch, never an exit
+        raise ValueError(f"benchmark {name!r} by name needs numlearn's conf/ (a clone, or NUMLEARN_CONF_DIR); "
+                         "pass a BenchmarkSpec instead (numlearn.evaluation.spec.BenchmarkSpec)")
+    folder = conf / "eval" / "benchmark"
     path = folder / f"{name}.yaml"
     if not path.exists():
         known = sorted(p.stem for p in folder.glob("*.yaml"))
