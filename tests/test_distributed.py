@@ -54,6 +54,15 @@ def _command(tmp_path: Path, name: str, procs: int, overrides: list[str]) -> lis
             "--num_processes", str(procs), "--main_process_port", str(_free_port()), *args, "train.fsdp=true"]
 
 
+def _signal_tree(tree: list[int], sig: int) -> None:
+    """Send ``sig`` to every process of ``tree`` (``_process_tree``) still alive."""
+    for pid in tree:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _launch(cmd: list[str], logs: Path, timeout: float = 600, env: dict | None = None
             ) -> subprocess.CompletedProcess:
     """Run a training launch. Past ``timeout``, every process it started dumps its Python stack
@@ -68,11 +77,7 @@ def _launch(cmd: list[str], logs: Path, timeout: float = 600, env: dict | None =
     except subprocess.TimeoutExpired:
         tree = _process_tree(proc.pid)
         for sig in (signal.SIGABRT, signal.SIGKILL):
-            for pid in reversed(tree):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+            _signal_tree(tree, sig)
             time.sleep(3)
         out, err = proc.communicate()
         tails = [f"--- {f}\n{f.read_text(errors='replace')[-2500:]}" for f in sorted(Path(logs).rglob("*"))
@@ -160,11 +165,7 @@ def test_sharded_checkpoint_resumes_after_both_ranks_are_killed(tmp_path):
             time.sleep(0.05)
     finally:
         tree = _process_tree(proc.pid)
-        for pid in tree:  # the launcher and both ranks at once, as a preempted job
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _signal_tree(tree, signal.SIGKILL)  # the launcher and both ranks at once, as a preempted job
         proc.wait()
     assert len(tree) >= 3, tree
     (run_json,) = ckpts.rglob("run.json")

@@ -11,10 +11,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _conf_candidate() -> Path:
+    return Path(os.environ.get("NUMLEARN_CONF_DIR", REPO_ROOT / "conf"))
+
+
 def find_conf_dir() -> Path | None:
     """``conf/`` (or ``NUMLEARN_CONF_DIR``) where it holds the config tree, else None (a wheel install): for library
     code, which raises its own error instead of exiting."""
-    d = Path(os.environ.get("NUMLEARN_CONF_DIR", REPO_ROOT / "conf"))
+    d = _conf_candidate()
     return d if (d / "config.yaml").exists() else None
 
 
@@ -26,8 +30,8 @@ def conf_dir() -> str:
     register()
     d = find_conf_dir()
     if d is None:
-        sys.exit(f"error: Hydra config directory {os.environ.get('NUMLEARN_CONF_DIR', REPO_ROOT / 'conf')} not "
-                 "found; run from a clone of numlearn (pip install -e .) or set NUMLEARN_CONF_DIR")
+        sys.exit(f"error: Hydra config directory {_conf_candidate()} not found; run from a clone of numlearn "
+                 "(pip install -e .) or set NUMLEARN_CONF_DIR")
     return str(d)
 
 

@@ -247,14 +247,14 @@ class _Pass:
     fused_chain: bool = False
 
 
-def _ce_pass(h, head, targets, grads, out, how: _Pass) -> None:
+def _ce_pass(h, head, rows, grads, out, how: _Pass) -> None:
     """One pass over the target rows ``how.chunk_size`` at a time: each row's CE (times its weight) into ``out``
     (a scalar: summed; ``[K]``: per row), and, where buffers are given, its gradient for an upstream 1 into
-    them while the chunk's logits exist. ``head``: (W, b) in the product's dtype; ``targets``: (``[K]`` rows of
+    them while the chunk's logits exist. ``head``: (W, b) in the product's dtype; ``rows``: (``[K]`` rows of
     ``h``, their target ids, ``[K]`` weights or None); ``grads``: the (h, W, b) buffers or Nones.
     ``how.fused_chain``: the softmax-minus-one-hot chain as one compiled kernel (``_chain``) where no soft cap
     is applied."""
-    (w_c, b_c), (idx, targets, weights), (gh, gw, gb) = head, targets, grads
+    (w_c, b_c), (idx, targets, weights), (gh, gw, gb) = head, rows, grads
     chunk_size, transform, fused_chain = how.chunk_size, how.transform, how.fused_chain
     any_grad = gh is not None or gw is not None or gb is not None
     for s in range(0, idx.shape[0], chunk_size):
@@ -354,8 +354,9 @@ def linear_ce_and_digit_logits(h, weight, bias, idx, targets, weights: torch.Ten
     target; ``weights``: ``[K]`` per-row weights of the CE sum (None: 1); ``digits``: (``rows``, ``[N]``
     digit-target rows; ``cols``, the ten digit ids), None for none (``[0, 10]`` logits); ``options``:
     ``LinearOptions`` (chunking, transform, per-row CE, grad W's dtype, the compiled chain)."""
-    none = torch.zeros(0, dtype=torch.long, device=h.device)
-    rows, cols = digits if digits is not None else (none, none)
+    if digits is None:
+        digits = (torch.zeros(0, dtype=torch.long, device=h.device),) * 2
+    rows, cols = digits
     chunk_size, transform = options.chunk_size, options.transform
     transform = transform or IDENTITY
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:

@@ -242,17 +242,20 @@ def count_examples(labels: torch.Tensor, vocab: DigitIds | None = None, labels_s
     return n_tok, int(distinct_examples(ex, vocab.digit_counts(targets) > 0))
 
 
-def distinct_examples(ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """The number of distinct ``example_ids`` at the positions ``where`` holds, as a tensor, without ``unique``
-    (a data-dependent shape): a scatter into a fixed-size table (ids are >= 0 and below ``numel + rows``)."""
-    seen = torch.zeros(int(ids.numel()) + int(ids.shape[0]) + 1, dtype=torch.long, device=ids.device)
-    seen.scatter_add_(0, ids.reshape(-1), where.reshape(-1).long())
-    return (seen > 0).sum()
-
-
 def example_id_bound(targets: torch.Tensor) -> int:
     """A bound on ``example_ids(targets, ...)``: every id is below ``B * (T + 1)`` (a shape, no data read)."""
     return int(targets.shape[0]) * (int(targets.shape[1]) + 1)
+
+
+def _example_counts(keys: torch.Tensor, counted: torch.Tensor, size: int) -> torch.Tensor:
+    """``[size]`` fp32: how many counted positions each example id has -- a scatter into a fixed-size table, so no
+    ``unique`` (a data-dependent shape) and no host sync."""
+    return torch.zeros(size, dtype=torch.float32, device=keys.device).scatter_add_(0, keys, counted.float())
+
+
+def distinct_examples(ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """The number of distinct ``example_ids`` (``[B, T]``) at the positions ``where`` holds, as a tensor."""
+    return (_example_counts(ids.reshape(-1), where.reshape(-1), example_id_bound(ids)) > 0).sum()
 
 
 def per_example_weights(keys: torch.Tensor, where: torch.Tensor | None = None, size: int | None = None
@@ -266,6 +269,5 @@ def per_example_weights(keys: torch.Tensor, where: torch.Tensor | None = None, s
     if keys.numel() == 0:
         return torch.zeros(0, dtype=torch.float32, device=keys.device), torch.zeros((), dtype=torch.long,
                                                                                   device=keys.device)
-    size = int(keys.max()) + 1 if size is None else int(size)
-    cnt = torch.zeros(size, dtype=torch.float32, device=keys.device).scatter_add_(0, keys, counted.float())
+    cnt = _example_counts(keys, counted, int(keys.max()) + 1 if size is None else int(size))
     return counted.float() / cnt[keys].clamp_min(1.0), (cnt > 0).sum()
