@@ -67,7 +67,7 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     import torch
     import torch.nn.functional as F
 
-    from numlearn.losses import DELLoss, DigitVocab, MLELoss
+    from numlearn.losses import DELLoss, DigitVocab, LinearHead, MLELoss
 
     g = torch.Generator().manual_seed(0)
     vocab = DigitVocab(tuple(range(15, 25)), 13)  # Qwen2.5's digit ids and "."
@@ -83,8 +83,9 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
     if variant == "linear_del_fused":  # compile the chain before the clock and the peak (one call, both lengths)
         from numlearn.losses import DELLoss as _D
 
-        _D(vocab, alpha=1.28).from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk, fused_chain=True,
-                                           grad_accumulation=grad_accumulation).loss.backward()
+        _D(vocab, alpha=1.28).from_hidden(h.view(B, T, H), LinearHead(W, chunk_size=chunk, fused_chain=True,
+                                                                     grad_accumulation=grad_accumulation),
+                                          labels).loss.backward()
         h.grad = W.grad = None
     if variant.startswith("chain_"):  # one chunk's chain: compiled (chain_fused) before the peak is reset
         from numlearn.losses.linear import _chain_inplace, _fused_chain
@@ -142,9 +143,9 @@ def one(variant: str, B: int, T: int, reps: int, chunk: int, H: int = H, V: int 
         elif variant == "fused_logits":
             loss = fns[variant]((h @ W.t()).view(B, T, V), labels).loss
         else:
-            loss = fns[variant].from_hidden(h.view(B, T, H), W, labels, chunk_size=chunk,
-                                            grad_accumulation=grad_accumulation,
-                                            fused_chain=variant.endswith("_fused")).loss
+            head = LinearHead(W, chunk_size=chunk, grad_accumulation=grad_accumulation,
+                              fused_chain=variant.endswith("_fused"))
+            loss = fns[variant].from_hidden(h.view(B, T, H), head, labels).loss
         if loss is not None:
             loss.backward()
         if cuda:

@@ -87,7 +87,7 @@ def run_variant(name: str, B: int, T: int, H: int, reps: int) -> dict:
 
     from numlearn.losses import build_loss, number_token_vocab, shift_targets
     from numlearn.losses.base import _CrossEntropyWithDigitLogits
-    from numlearn.losses.linear import LinearOptions, linear_ce_and_digit_logits
+    from numlearn.losses.linear import LinearHead, LinearOptions, linear_ce_and_digit_logits
     from numlearn.losses.numbers import number_targets
 
     torch.manual_seed(0)
@@ -137,7 +137,7 @@ def run_variant(name: str, B: int, T: int, H: int, reps: int) -> dict:
             fn = build_loss("del", tok, alpha=1.28)
 
             def step():
-                return fn.from_hidden(h, W, labels, chunk_size=1024).loss
+                return fn.from_hidden(h, LinearHead(W, chunk_size=1024), labels).loss
 
         def zero():
             h.grad = None

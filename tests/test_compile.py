@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from numlearn.losses import LOSSES, DigitVocab, StepCounts, build_loss, capabilities
+from numlearn.losses import LOSSES, DigitVocab, LinearHead, StepCounts, build_loss, capabilities
 
 V, H = 40, 8
 VOCAB = DigitVocab(tuple(range(10)), 10)
@@ -59,7 +59,7 @@ CASES = [(name, path) for name in sorted(LOSSES) for path in ("logits", "hidden"
 
 def _fn(fn, path, step, W):
     def f(x, labels):
-        out = fn(x, labels, step=step) if path == "logits" else fn.from_hidden(x, W, labels, step=step, chunk_size=5)
+        out = fn(x, labels, step=step) if path == "logits" else fn.from_hidden(x, LinearHead(W, chunk_size=5), labels, step=step)
         return out.loss, out.stats.get("digit_acc", out.ce)
     return f
 
@@ -216,7 +216,7 @@ def test_example_mean_normalisations_trace_as_one_graph_and_match_eager(name, pa
     for pos in (None, packed):
         def f(x, labels, w, pos=pos):
             kw = {"position_ids": pos}
-            out = fn(x, labels, **kw) if path == "logits" else fn.from_hidden(x, w, labels, chunk_size=5, **kw)
+            out = fn(x, labels, **kw) if path == "logits" else fn.from_hidden(x, LinearHead(w, chunk_size=5), labels, **kw)
             return out.loss
         x0 = logits if path == "logits" else hidden
         torch._dynamo.reset()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from numlearn.losses import IGNORE_INDEX, backward_scale, build_loss, shift_targets, step_counts
+from numlearn.losses import IGNORE_INDEX, LinearHead, backward_scale, build_loss, shift_targets, step_counts
 from numlearn.testing import grads as _grads
 from numlearn.testing import model as _llama  # a one-layer Llama from a config
 
@@ -55,7 +55,7 @@ def test_from_hidden_under_bf16_autocast(char_tokenizer, name):
     w = (torch.randn(V, 16) * 0.3).requires_grad_()
     fn = build_loss(name, char_tokenizer, **({"alpha": 0.5} if name not in ("mle", "mixce") else {}))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = fn.from_hidden(h, w, b["labels"], chunk_size=7)
+        out = fn.from_hidden(h, LinearHead(w, chunk_size=7), b["labels"])
         ref = fn(h @ w.t(), b["labels"])  # what the model's lm_head gives under autocast
     out.loss.backward()
     gh, gw = h.grad.clone(), w.grad.clone()
@@ -88,7 +88,7 @@ def _arch(kind, vocab):
 
 @pytest.mark.parametrize("kind", ["granite", "gemma2", "cohere", "llama"])
 def test_from_hidden_applies_the_models_logit_transform(char_tokenizer, kind):
-    from numlearn.integrations.hf import logit_transform
+    from numlearn.integrations.hf import linear_head, logit_transform
 
     model = _arch(kind, len(char_tokenizer)).float()
     b = _batch(char_tokenizer, TEXTS)
@@ -102,8 +102,8 @@ def test_from_hidden_applies_the_models_logit_transform(char_tokenizer, kind):
     head = model.get_output_embeddings()
     tr = logit_transform(model)
     assert tr.identity == (kind == "llama")
-    got = fn.from_hidden(hidden, head.weight, b["labels"], getattr(head, "bias", None), chunk_size=5,
-                         logit_transform=tr)
+    got = fn.from_hidden(hidden, linear_head(model, chunk_size=5), b["labels"])
+    assert linear_head(model).weight is head.weight and linear_head(model).bias is getattr(head, "bias", None)
     got.loss.backward()
     torch.testing.assert_close(got.loss, ref.loss, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(_grads(model), g_ref, rtol=1e-4, atol=1e-5)

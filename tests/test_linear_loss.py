@@ -11,11 +11,15 @@ from numlearn.losses import (
     DELLoss,
     DigitVocab,
     Dist2Loss,
+    LinearHead,
     MixCELoss,
     MLELoss,
     NTLLoss,
     StepCounts,
+    build_loss,
+    capabilities,
 )
+from numlearn.losses import LOSSES as REGISTRY
 from numlearn.losses.linear import chunked_linear_cross_entropy
 
 VOCAB = DigitVocab(tuple(range(10)), 10)  # digit k has id k, "." is 10
@@ -77,7 +81,7 @@ def _both(fn, hidden, weight, b, labels, chunk, **kw):
             logits = h @ w.t() + (bb if bb is not None else 0)
             r = fn(logits, labels, **kw)
         else:
-            r = fn.from_hidden(h, w, labels, lm_head_bias=bb, chunk_size=chunk, **kw)
+            r = fn.from_hidden(h, LinearHead(w, bb, chunk_size=chunk), labels, **kw)
         r.loss.backward()
         out[path] = (r, h.grad, w.grad, bb.grad if bb is not None else None)
     return out["logits"], out["linear"]
@@ -145,7 +149,7 @@ def test_bad_shapes_and_chunk():
     with pytest.raises(ValueError, match="hidden \\[B, T, H\\]"):
         fn.from_hidden(hidden[0], weight, labels)
     with pytest.raises(ValueError, match="chunk_size"):
-        fn.from_hidden(hidden, weight, labels, chunk_size=0)
+        fn.from_hidden(hidden, LinearHead(weight, chunk_size=0), labels)
 
 
 @pytest.mark.parametrize("accumulation", ["float32", "weight"])
@@ -168,7 +172,7 @@ def test_bf16_head_in_vocabulary_blocks_is_within_bf16_rounding_of_fp32(accumula
     res = {}
     for dt in (torch.float32, torch.bfloat16):
         h, w = hidden.to(dt).requires_grad_(), weight.to(dt).requires_grad_()
-        r = fn.from_hidden(h, w, labels, chunk_size=5, grad_accumulation=accumulation)
+        r = fn.from_hidden(h, LinearHead(w, chunk_size=5, grad_accumulation=accumulation), labels)
         r.loss.backward()
         res[dt] = (r, h.grad, w.grad)
     (r32, gh32, gw32), (r16, gh16, gw16) = res[torch.float32], res[torch.bfloat16]
@@ -179,7 +183,7 @@ def test_bf16_head_in_vocabulary_blocks_is_within_bf16_rounding_of_fp32(accumula
     assert (gh16.float() - gh32).abs().max() <= 2e-2 * scale_h
     assert (gw16.float() - gw32).abs().max() <= 2e-2 * scale_w
     with pytest.raises(ValueError, match="grad_accumulation must be 'float32' or 'weight'"):
-        fn.from_hidden(hidden.float(), weight.float(), labels, grad_accumulation="bf16")
+        LinearHead(weight.float(), grad_accumulation="bf16")
 
 
 def test_peak_memory_is_one_chunk_not_the_logits():
@@ -198,7 +202,7 @@ def test_peak_memory_is_one_chunk_not_the_logits():
     weight = torch.randn(Vbig, H, generator=g, requires_grad=True)
     labels = torch.randint(0, Vbig, (2, 40), generator=g)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        r = fn.from_hidden(hidden, weight, labels, chunk_size=8)
+        r = fn.from_hidden(hidden, LinearHead(weight, chunk_size=8), labels)
     r.loss.backward()
     assert max(saved) <= Vbig * H  # the weight itself; never M x V
     assert Vbig * H < M * Vbig
@@ -213,7 +217,7 @@ def test_no_grad_forms_no_gradient_and_same_value(monkeypatch):
     fn = DELLoss(VOCAB, alpha=1.0)
     hidden, weight, _, labels = _batch()
     with torch.no_grad():
-        r = fn.from_hidden(hidden, weight, labels, chunk_size=8)
+        r = fn.from_hidden(hidden, LinearHead(weight, chunk_size=8), labels)
     assert not calls  # evaluation pays for the logits only
     ref = fn(hidden @ weight.t(), labels)
     torch.testing.assert_close(r.loss, ref.loss.detach())
@@ -228,10 +232,10 @@ def test_the_fused_chain_equals_the_eager_chain(dtype, case):
     from numlearn.losses import LogitTransform
 
     hidden, weight, _, labels = _batch(dtype=dtype)
-    kw, fn = {}, DELLoss(VOCAB, alpha=1.28)
+    kw, fn, transform = {}, DELLoss(VOCAB, alpha=1.28), None
     if case == "del-weights-scale":
-        kw = {"loss_weights": torch.rand(labels.shape, generator=torch.Generator().manual_seed(5)),
-              "logit_transform": LogitTransform(scale=0.25)}
+        kw = {"loss_weights": torch.rand(labels.shape, generator=torch.Generator().manual_seed(5))}
+        transform = LogitTransform(scale=0.25)
     elif case == "del-none":
         from numlearn.losses import build_loss
 
@@ -241,7 +245,7 @@ def test_the_fused_chain_equals_the_eager_chain(dtype, case):
     res = []
     for fused in (False, True):
         h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
-        out = fn.from_hidden(h, w, labels, chunk_size=7, fused_chain=fused, **kw)
+        out = fn.from_hidden(h, LinearHead(w, transform=transform, chunk_size=7, fused_chain=fused), labels, **kw)
         out.loss.sum().backward()
         res.append((out.loss.detach().float(), h.grad.float(), w.grad.float()))
     tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
@@ -266,7 +270,7 @@ def test_auto_chunk_size_is_sized_from_h_and_v():
     res = []
     for chunk in ("auto", 5):
         h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
-        out = fn.from_hidden(h, w, labels, chunk_size=chunk)
+        out = fn.from_hidden(h, LinearHead(w, chunk_size=chunk), labels)
         out.loss.backward()
         res.append((out.loss.detach(), h.grad, w.grad))
     for a, b in zip(*res):
@@ -276,7 +280,7 @@ def test_auto_chunk_size_is_sized_from_h_and_v():
         with pytest.raises(ValueError, match="loss_chunk_size"):
             loss_chunk_size(bad)
     with pytest.raises(ValueError, match="chunk_size must be an int >= 1 or 'auto'"):
-        fn.from_hidden(hidden, weight, labels, chunk_size="huge")
+        fn.from_hidden(hidden, LinearHead(weight, chunk_size="huge"), labels)
 
 
 @pytest.mark.parametrize("accumulation", ["weight", "float32"])
@@ -310,8 +314,8 @@ def test_a_bf16_head_forms_no_tensor_beyond_one_chunk_block_but_the_gradients(ac
     labels[2, 7:10] = torch.tensor([3, 10, 5])
     mode = Produced()
     with mode:
-        DELLoss(VOCAB, alpha=1.28).from_hidden(h, w, labels, chunk_size=chunk,
-                                               grad_accumulation=accumulation).loss.backward()
+        DELLoss(VOCAB, alpha=1.28).from_hidden(h, LinearHead(w, chunk_size=chunk, grad_accumulation=accumulation),
+                                               labels).loss.backward()
     returned = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
     block = chunk * Vb * 4  # one fp32 [chunk, V] block, bytes
     over = [s for s in mode.seen if s[1] not in returned and s[0] > 1.2 * block]
@@ -319,3 +323,54 @@ def test_a_bf16_head_forms_no_tensor_beyond_one_chunk_block_but_the_gradients(ac
         assert not over, over
     else:
         assert over and all(s[3] == (Vb, Hb) and s[4] == torch.float32 for s in over), over
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(REGISTRY) if capabilities(n).linear_form])
+def test_from_hidden_has_the_logits_calls_shape_with_the_head_as_one_argument(name):
+    """Issue 43, one loss call: ``from_hidden(hidden, head, labels, step, labels_shifted, *, position_ids,
+    loss_weights)`` has the logits call's parameters after its first two, for every loss with a linear form (from
+    the registry). The head is a ``LinearHead`` (weight, bias, transform, how the kernel runs) or the weight alone;
+    the same loss either way."""
+    import inspect
+
+    cls = REGISTRY[name]
+    call = list(inspect.signature(cls.__call__).parameters)
+    fused = list(inspect.signature(cls.from_hidden).parameters)
+    assert fused[:3] == ["self", "hidden", "head"] and fused[3:] == call[2:], (fused, call)
+    fn = build_loss(name, VOCAB, **({"alpha": 1.28} if capabilities(name).numeric_term else {}))
+    hidden, weight, b, labels = _batch(bias=True)
+    by_tensor = fn.from_hidden(hidden, weight, labels).loss
+    assert torch.equal(by_tensor, fn.from_hidden(hidden, LinearHead(weight), labels).loss)
+    with_bias = fn.from_hidden(hidden, LinearHead(weight, b, chunk_size=5), labels).loss
+    torch.testing.assert_close(with_bias, fn(hidden @ weight.t() + b, labels).loss, rtol=1e-5, atol=1e-6)
+
+
+def test_the_old_from_hidden_keywords_are_a_deprecated_alias_of_the_head():
+    """The keywords of before 2026-12-07 (lm_head_bias=, chunk_size=, logit_transform=, grad_accumulation=,
+    fused_chain=) and the bias in the old fourth place give the LinearHead call's loss, bit for bit, and warn
+    once (FutureWarning) naming LinearHead; keywords beside a LinearHead, a head of another type and a head of
+    another width are refused, each in one line."""
+    import warnings
+
+    from numlearn.losses import LogitTransform, base
+
+    fn = DELLoss(VOCAB, alpha=1.28)
+    hidden, weight, b, labels = _batch(bias=True)
+    tr = LogitTransform(scale=0.5)
+    new = fn.from_hidden(hidden, LinearHead(weight, b, tr, chunk_size=5), labels).loss
+    base._WARNED.discard("head keywords")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        old = fn.from_hidden(hidden, weight, labels, lm_head_bias=b, chunk_size=5, logit_transform=tr).loss
+        positional = fn.from_hidden(hidden, weight, labels, b, chunk_size=5, logit_transform=tr).loss
+    dep = [w for w in seen if issubclass(w.category, FutureWarning)]
+    assert len(dep) == 1 and "LinearHead(" in str(dep[0].message) and "lm_head_bias" in str(dep[0].message)
+    assert torch.equal(old, new) and torch.equal(positional, new)
+    with pytest.raises(TypeError, match=r"pass \['chunk_size'\] inside head=LinearHead"):
+        fn.from_hidden(hidden, LinearHead(weight), labels, chunk_size=5)
+    with pytest.raises(TypeError, match="head must be a LinearHead or the \\[V, H\\] output weight, got Linear"):
+        fn.from_hidden(hidden, torch.nn.Linear(weight.shape[1], weight.shape[0]), labels)
+    with pytest.raises(ValueError, match="hidden has H = "):
+        fn.from_hidden(hidden, weight[:, :-1], labels)
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        fn.from_hidden(hidden, weight, labels, chunk=5)

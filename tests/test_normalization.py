@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from numlearn.losses import (
     IGNORE_INDEX,
     DigitVocab,
+    LinearHead,
     StepCounts,
     build_loss,
     count_examples,
@@ -124,7 +125,7 @@ def test_packed_rows_equal_padded_rows(fused):
         W.grad = None
         h = emb[ids.clamp_min(0)]
         if fused:
-            out = fn.from_hidden(h, W, labels, position_ids=pos, chunk_size=5)
+            out = fn.from_hidden(h, LinearHead(W, chunk_size=5), labels, position_ids=pos)
         else:
             out = fn(h @ W.T, labels, position_ids=pos)
         out.loss.backward()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from numlearn.losses import DigitVocab, number_spans
+from numlearn.losses import DigitVocab, LinearHead, number_spans
 from numlearn.losses.numbers import NumberVocab, number_digit_logits, number_targets, number_token_vocab
 
 # ids 0-9: "0".."9"; 20-24: two-digit tokens; 30-32: three-digit tokens; 40: "."; 41-45: words
@@ -163,7 +163,7 @@ def test_losses_on_number_tokens_match_the_oracle_and_from_hidden(name, opts):
     assert nt.count == 7 + 6 + 3
     torch.testing.assert_close(out.loss, want, rtol=1e-5, atol=1e-6)
     g_logits = torch.autograd.grad(out.loss, (h, W))
-    fused = loss.from_hidden(h, W, labels, chunk_size=5)
+    fused = loss.from_hidden(h, LinearHead(W, chunk_size=5), labels)
     torch.testing.assert_close(fused.loss, out.loss, rtol=1e-5, atol=1e-6)
     for a, b in zip(torch.autograd.grad(fused.loss, (h, W)), g_logits):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
@@ -252,7 +252,7 @@ def test_whole_number_ntl_by_hand_and_through_from_hidden(variant):
     want = ce + 0.7 * torch.stack(terms).sum() / n_digits
     torch.testing.assert_close(out.loss.double(), want.double(), rtol=1e-5, atol=1e-6)
     g = torch.autograd.grad(out.loss, (h, W))
-    fused = loss.from_hidden(h, W, labels, chunk_size=3)
+    fused = loss.from_hidden(h, LinearHead(W, chunk_size=3), labels)
     torch.testing.assert_close(fused.loss, out.loss, rtol=1e-5, atol=1e-6)
     for a, b in zip(torch.autograd.grad(fused.loss, (h, W)), g):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from numlearn.losses import DigitVocab, backward_scale, build_loss, step_counts
+from numlearn.losses import DigitVocab, LinearHead, backward_scale, build_loss, step_counts
 
 CORE_VENV = os.environ.get("NUMLEARN_CORE_VENV") == "1"  # make test-core, before the [trl] extra
 REPRODUCTION = ("hydra", "omegaconf", "wandb", "pandas", "datasets", "transformers", "tokenizers", "accelerate",
@@ -82,5 +82,5 @@ def test_fused_path_without_transformers():
     labels = torch.randint(0, 12, (2, 6))
     fn = build_loss("del", VOCAB, alpha=1.28)
     full = fn(h @ W.T, labels).loss
-    fused = fn.from_hidden(h, W, labels, chunk_size=4).loss
+    fused = fn.from_hidden(h, LinearHead(W, chunk_size=4), labels).loss
     assert fused.item() == pytest.approx(full.item(), rel=1e-6)

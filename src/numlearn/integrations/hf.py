@@ -26,6 +26,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("numlearn.integrations.hf needs transformers and accelerate: pip install 'numlearn[hf]'") from e
 
 from numlearn.losses import (
+    LinearHead,
     LogitTransform,
     LossOutput,
     StepCounts,
@@ -58,6 +59,17 @@ def logit_transform(model: torch.nn.Module) -> LogitTransform:
         scale *= float(cfg.output_multiplier)
     cap = getattr(cfg, "final_logit_softcapping", None)
     return LogitTransform(scale=scale, softcap=float(cap) if cap else None)
+
+
+def linear_head(model: torch.nn.Module, **how) -> LinearHead:
+    """``model``'s output layer as ``loss_fn.from_hidden(hidden, head, labels)`` takes it: the output embedding's
+    weight and bias and ``logit_transform(model)``; ``how``: ``chunk_size``, ``grad_accumulation``, ``fused_chain``
+    (``numlearn.losses.LinearHead``)."""
+    out = model.get_output_embeddings()
+    if out is None or not hasattr(out, "weight"):
+        raise ValueError(f"{type(model).__name__} has no output embedding with a weight (get_output_embeddings()): "
+                         "pass LinearHead(weight, bias, transform) yourself")
+    return LinearHead(out.weight, getattr(out, "bias", None), logit_transform(model), **how)
 
 
 # Packages whose patch replaces a causal LM's forward with one that computes a fused linear cross-entropy
@@ -199,9 +211,8 @@ class LossBridge:
             hidden, self._hidden = self._hidden, None
             if not self._checked:
                 self._check_transform(hidden, getattr(outputs, "logits", None))
-            out = self.loss_fn.from_hidden(hidden, self._head.weight, labels, getattr(self._head, "bias", None),
-                                           chunk_size=self.chunk_size, logit_transform=self.transform,
-                                           labels_shifted=labels_shifted, **kw)
+            head = LinearHead(self._head.weight, getattr(self._head, "bias", None), self.transform, self.chunk_size)
+            out = self.loss_fn.from_hidden(hidden, head, labels, labels_shifted=labels_shifted, **kw)
         else:
             out = self.loss_fn(outputs.logits, labels, labels_shifted=labels_shifted, **kw)
         if torch.is_grad_enabled():

@@ -20,7 +20,7 @@ from .base import (
     effective_weight,
 )
 from .digits import DigitVocab, TokenizerDigitError, digit_token_ids
-from .linear import LogitTransform
+from .linear import LinearHead, LogitTransform
 from .numbers import NumberVocab, number_token_vocab
 from .numeric import DELLoss, Dist2Loss, MLELoss, NTLLoss
 from .registry import LOSSES, LossCapabilities, build_loss, capabilities, register_loss, resolve_vocab
@@ -42,5 +42,5 @@ __all__ = [
     "AUX_NORMALIZATIONS", "DigitLoss", "register_loss", "CE_NORMALIZATIONS", "DELLoss", "DigitTargets", "DigitVocab", "Dist2Loss", "EMOLoss", "IGNORE_INDEX", "LOSSES",
     "LossOutput", "MLELoss", "MixCELoss", "NTLLoss", "TokenLoss", "TokenizerDigitError",
     "build_loss", "resolve_vocab", "count_digit_targets", "digit_summary", "digit_token_ids", "digit_view", "effective_weight", "number_spans",
-    "shift_targets", "NumberVocab", "number_token_vocab", "LogitTransform", "LossCapabilities", "capabilities", "StepCounts", "backward_scale", "count_examples", "count_targets", "example_ids", "step_counts", "to_targets",
+    "shift_targets", "NumberVocab", "number_token_vocab", "LinearHead", "LogitTransform", "LossCapabilities", "capabilities", "StepCounts", "backward_scale", "count_examples", "count_targets", "example_ids", "step_counts", "to_targets",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .digits import DigitVocab
-from .linear import DEFAULT_CHUNK, LinearOptions, LogitTransform, linear_ce_and_digit_logits
+from .linear import LinearHead, linear_ce_and_digit_logits
 from .numbers import NumberVocab
 from .spans import IGNORE_INDEX, DigitTargets, example_id_bound, example_ids, per_example_weights, to_targets
 from .steps import STEP_FIELDS, StepCounts
@@ -166,6 +166,34 @@ def step_of(step: StepCounts | int | torch.Tensor | None, legacy: dict, labels_s
     return StepCounts(**legacy)
 
 
+#: ``from_hidden``'s keywords before the head became one argument (2026-12-07), and the ``LinearHead`` field each
+#: one fills; accepted for one release with a ``FutureWarning``
+HEAD_KEYWORDS = {"lm_head_bias": "bias", "logit_transform": "transform", "chunk_size": "chunk_size",
+                 "grad_accumulation": "grad_accumulation", "fused_chain": "fused_chain"}
+
+
+def head_of(head, step, legacy: dict, where: str):
+    """(``LinearHead``, ``step``) of a ``from_hidden`` call: ``head`` as given, or a weight tensor wrapped; the
+    deprecated keyword forms (``lm_head_bias=``, ``chunk_size=``, ... popped from ``legacy``) and a bias passed
+    positionally in ``step``'s place (the old fourth parameter) fill it in, with a one-time ``FutureWarning``."""
+    old = {k: legacy.pop(k) for k in list(legacy) if k in HEAD_KEYWORDS}
+    if (isinstance(step, torch.Tensor) and step.dim() == 1 and isinstance(head, torch.Tensor)
+            and step.shape[0] == head.shape[0]):  # from_hidden(h, W, labels, bias): the old positional bias
+        old, step = {"lm_head_bias": step, **old}, None
+    if not isinstance(head, (LinearHead, torch.Tensor)):
+        raise TypeError(f"{where}: head must be a LinearHead or the [V, H] output weight, got {type(head).__name__} "
+                        "(numlearn.integrations.hf.linear_head(model) builds it from a Hugging Face model)")
+    if old:
+        if isinstance(head, LinearHead):
+            raise TypeError(f"{where}: pass {sorted(old)} inside head=LinearHead(...), not beside it")
+        _warn_once("head keywords", f"{where}: {', '.join(sorted(old))} as keywords are deprecated and go in the "
+                   "next release: pass head=LinearHead(weight, bias=..., transform=..., chunk_size=..., ...)",
+                   FutureWarning)
+    if isinstance(head, torch.Tensor):
+        head = LinearHead(head, **{HEAD_KEYWORDS[k]: v for k, v in old.items()})
+    return head, step
+
+
 def trained_rows(flat_t: torch.Tensor, weights: torch.Tensor | None):
     """(rows the chunked CE runs over, their weights, the targets with ignored ones clamped to a real id where
     they are run). Eager: the trained rows only (``nonzero``: one host sync, no compute on prompt or padding
@@ -179,15 +207,15 @@ def trained_rows(flat_t: torch.Tensor, weights: torch.Tensor | None):
     return torch.arange(flat_t.shape[0], device=flat_t.device), w, flat_t.clamp_min(0)
 
 
-def hidden_inputs(hidden: torch.Tensor, labels: torch.Tensor, grad_accumulation: str) -> bool:
+def hidden_inputs(hidden: torch.Tensor, labels: torch.Tensor, head: LinearHead) -> None:
     """``from_hidden``'s checks, shared by every loss with a linear form: hidden ``[B, T, H]`` against labels
-    ``[B, T]``, and ``grad_accumulation``; returns whether grad W is summed in the weight's dtype."""
-    if grad_accumulation not in ("float32", "weight"):
-        raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {grad_accumulation!r}")
+    ``[B, T]`` and the head's ``[V, H]``."""
     if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
         raise ValueError(f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} "
                          f"and {tuple(labels.shape)}")
-    return grad_accumulation == "weight"
+    if head.weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"the head's weight is {tuple(head.weight.shape)} ([V, H]) but hidden has H = "
+                         f"{hidden.shape[-1]}")
 
 
 def _count_tensor(n, device) -> torch.Tensor:
@@ -275,7 +303,7 @@ class TokenLoss:
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
-                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
+                 loss_weights: torch.Tensor | None = None, **deprecated) -> LossOutput:
         raise NotImplementedError
 
     #: the loss has a numeric term whose normalisation needs the step's digit count
@@ -374,8 +402,8 @@ class DigitLoss(TokenLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
-                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
-        step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()")
+                 loss_weights: torch.Tensor | None = None, **deprecated) -> LossOutput:
+        step = step_of(step, deprecated, labels_shifted, f"{type(self).__name__}()")
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
                              f"and {tuple(labels.shape)}")
@@ -390,34 +418,31 @@ class DigitLoss(TokenLoss):
         zd, number_view = g.finish(z, flat_t)
         return self._combine(ce_sum, zd, g.digits, step, _Batch(targets, position_ids, n_ex, lw), number_view)
 
-    def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
-                    lm_head_bias: torch.Tensor | None = None, step: StepCounts | None = None,
-                    labels_shifted: bool = False, *, chunk_size: int = DEFAULT_CHUNK,
-                    logit_transform: LogitTransform | None = None, position_ids: torch.Tensor | None = None,
-                    loss_weights: torch.Tensor | None = None, grad_accumulation: str = "float32",
-                    fused_chain: bool = False, **deprecated_counts) -> LossOutput:
-        """The same loss as ``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels,
-        ...)``, in value and in gradient (w.r.t. ``hidden``, the weight and the bias), without
-        materialising the ``[B, T, V]`` logits: CE is computed ``chunk_size`` target positions at a
-        time (``linear.chunked_linear_cross_entropy``; see there for choosing it) and the numeric
-        term from the ten digit columns.
+    def from_hidden(self, hidden: torch.Tensor, head: LinearHead | torch.Tensor, labels: torch.Tensor,
+                    step: StepCounts | None = None, labels_shifted: bool = False, *,
+                    position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None,
+                    **deprecated) -> LossOutput:
+        """The same loss as ``self(head.transform(hidden @ head.weight.T + head.bias), labels, step, ...)``, in
+        value and in gradient (w.r.t. ``hidden``, the weight and the bias), without materialising the
+        ``[B, T, V]`` logits: CE is computed ``head.chunk_size`` target positions at a time
+        (``linear.chunked_linear_cross_entropy``; see there for choosing it) and the numeric term from the ten
+        digit columns. The arguments after ``head`` are the logits call's.
 
         hidden: ``[B, T, H]`` final hidden states (after the last norm), any float dtype; works under
             ``torch.autocast``.
-        lm_head_weight: ``[V, H]`` (tied embeddings: the embedding matrix); lm_head_bias: ``[V]`` or None.
-        logit_transform: what the model's head does after the product (``LogitTransform``: Granite's
-            ``1 / logits_scaling``, Cohere's ``logit_scale``, Gemma-2/3's soft cap);
-            ``numlearn.integrations.hf.logit_transform(model)`` reads it off a Hugging Face model.
-            None: the logits are ``hidden @ W.T + b``.
-        grad_accumulation: ``"float32"`` (default) sums grad W over the chunks in an fp32 ``[V, H]`` buffer;
-            ``"weight"`` sums it in the weight's own dtype (for a bf16 head: no extra ``[V, H]`` buffer, the
-            gradient rounded to bf16 once per chunk, as Liger-Kernel's fused loss does).
-        fused_chain: each chunk's softmax-minus-one-hot chain as one compiled kernel (``torch.compile``: C++ on
-            CPU, Triton on GPU; compiled once per process) instead of nine eager in-place passes over the chunk's
-            block; the same values to fp32 rounding. Not under a soft cap (Gemma-2/3), which stays eager.
+        head: a ``LinearHead`` (weight, bias, logit transform and how the kernel runs: chunk size, grad W's
+            accumulation dtype, the compiled chain), or the ``[V, H]`` weight alone (no bias, no transform,
+            default execution). ``numlearn.integrations.hf.linear_head(model)`` reads it off a Hugging Face model.
+
+        The keywords of before 2026-12-07 (``lm_head_bias=``, ``chunk_size=``, ``logit_transform=``,
+        ``grad_accumulation=``, ``fused_chain=``, the step's counts) still work for one release, with a
+        ``FutureWarning``.
         """
-        in_w = hidden_inputs(hidden, labels, grad_accumulation)
-        step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}.from_hidden()")
+        where = f"{type(self).__name__}.from_hidden()"
+        head, step = head_of(head, step, deprecated, where)
+        hidden_inputs(hidden, labels, head)
+        step = step_of(step, deprecated, labels_shifted, where)
+        lm_head_weight, lm_head_bias = head.weight, head.bias
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         h2 = hidden.reshape(-1, hidden.shape[-1])
@@ -426,7 +451,7 @@ class DigitLoss(TokenLoss):
         ce_w = _times(ce_w, lw)
         idx, ce_w, ce_t = trained_rows(flat_t, ce_w)
         per_row = self.reduction == "none"
-        options = LinearOptions(chunk_size, logit_transform, per_row, in_w, fused_chain)
+        options = head.options(per_row)
 
         def spread(ce_rows):  # reduction="none": the [K] rows' CE at their flat positions
             if not per_row:

@@ -346,6 +346,47 @@ class LinearOptions:
     fused_chain: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class LinearHead:
+    """The model's output layer as ``from_hidden`` computes through it, and how it runs (one argument, so the
+    fused call has the logits call's shape: ``loss_fn.from_hidden(hidden, head, labels, step=...)``).
+
+    weight: ``[V, H]`` (tied embeddings: the embedding matrix); bias: ``[V]`` or None; transform: what the
+        head does after the product (``LogitTransform``; None: the logits are ``hidden @ W.T + b``).
+        ``numlearn.integrations.hf.linear_head(model)`` reads all three off a Hugging Face model.
+    chunk_size: target rows per chunk, or ``"auto"`` (``auto_chunk_size``: a block about the hidden states' size).
+    grad_accumulation: ``"float32"`` (default) sums grad W over the chunks in an fp32 ``[V, H]`` buffer;
+        ``"weight"`` sums it in the weight's own dtype (for a bf16 head: no extra ``[V, H]`` buffer, the
+        gradient rounded to bf16 once per chunk, as Liger-Kernel's fused loss does).
+    fused_chain: each chunk's softmax-minus-one-hot chain as one compiled kernel (``torch.compile``: C++ on CPU,
+        Triton on GPU; compiled once per process) instead of nine eager in-place passes over the chunk's block;
+        the same values to fp32 rounding. Not under a soft cap (Gemma-2/3), which stays eager.
+
+    A plain weight tensor in ``head``'s place is ``LinearHead(weight)``."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    transform: LogitTransform | None = None
+    chunk_size: int | str = DEFAULT_CHUNK
+    grad_accumulation: str = "float32"
+    fused_chain: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.weight, torch.Tensor) or self.weight.dim() != 2:
+            raise TypeError(f"LinearHead.weight must be the [V, H] output weight, got {_describe(self.weight)}")
+        if self.grad_accumulation not in ("float32", "weight"):
+            raise ValueError(f"grad_accumulation must be 'float32' or 'weight', got {self.grad_accumulation!r}")
+
+    def options(self, per_row: bool = False) -> LinearOptions:
+        """The kernel's ``LinearOptions`` for this head (``per_row``: the ``[K]`` rows' CE, not their sum)."""
+        return LinearOptions(self.chunk_size, self.transform, per_row, self.grad_accumulation == "weight",
+                             self.fused_chain)
+
+
+def _describe(x) -> str:
+    return f"a tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
 def linear_ce_and_digit_logits(h, weight, bias, idx, targets, weights: torch.Tensor | None = None,
                                digits: tuple[torch.Tensor, torch.Tensor] | None = None,
                                options: LinearOptions = LinearOptions()):

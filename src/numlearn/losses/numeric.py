@@ -39,11 +39,11 @@ class MLELoss(DigitLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
-                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
+                 loss_weights: torch.Tensor | None = None, **deprecated) -> LossOutput:
         if self.vocab is not None:
             return super().__call__(logits, labels, step, labels_shifted, position_ids=position_ids,
-                                    loss_weights=loss_weights, **deprecated_counts)
-        step = step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()")
+                                    loss_weights=loss_weights, **deprecated)
+        step = step_of(step, deprecated, labels_shifted, f"{type(self).__name__}()")
         # a tokenizer without single-digit tokens: the same fused CE kernel with no digit columns (one [M, V]
         # gradient buffer, not F.cross_entropy's fp32 copy plus its log-softmax)
         targets = to_targets(labels.to(logits.device), labels_shifted, self.ignore_index)

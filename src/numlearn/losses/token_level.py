@@ -15,9 +15,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import LossOutput, TokenLoss, _digit_stats, digit_view, hidden_inputs, step_of, trained_rows
+from .base import (
+    LossOutput,
+    TokenLoss,
+    _digit_stats,
+    digit_view,
+    head_of,
+    hidden_inputs,
+    step_of,
+    trained_rows,
+)
 from .digits import DigitVocab
-from .linear import DEFAULT_CHUNK, LinearOptions, LogitTransform, linear_ce_and_digit_logits
+from .linear import LinearHead, linear_ce_and_digit_logits
 from .spans import to_targets
 from .steps import StepCounts
 
@@ -28,13 +37,13 @@ class _FullSoftmaxLoss(TokenLoss):
     has_linear_form = False
     needs_digit_vocab = False
 
-    def _step_items(self, step, deprecated_counts, labels_shifted, loss_weights):
+    def _step_items(self, step, deprecated, labels_shifted, loss_weights):
         """The step's token count (``step``, or the deprecated keywords); per-token weights refused: these
         losses normalise their own token loss."""
         if loss_weights is not None:
             raise ValueError(f"loss {self.name!r} normalises its own token loss: loss_weights (and reduction) are "
                              "available for mle, ntl, dist2 and del")
-        return step_of(step, deprecated_counts, labels_shifted, f"{type(self).__name__}()").num_items_in_batch
+        return step_of(step, deprecated, labels_shifted, f"{type(self).__name__}()").num_items_in_batch
 
     def _prepare(self, logits, labels, labels_shifted=False):
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
@@ -97,8 +106,8 @@ class MixCELoss(_FullSoftmaxLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
-                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
-        num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
+                 loss_weights: torch.Tensor | None = None, **deprecated) -> LossOutput:
+        num_items_in_batch = self._step_items(step, deprecated, labels_shifted, loss_weights)
         targets, valid, logits2d, y = self._prepare(logits, labels, labels_shifted)
         ce_tok = _weighted(F.cross_entropy(logits2d, y, reduction="none"), valid)
         denom = self._ce_denominator(targets.view(1, -1), num_items_in_batch)
@@ -113,26 +122,25 @@ class MixCELoss(_FullSoftmaxLoss):
     #: CE per row (its backward recomputes the chunks) for the paper's form, the chunked CE sum for the official one
     has_linear_form = True
 
-    def from_hidden(self, hidden: torch.Tensor, lm_head_weight: torch.Tensor, labels: torch.Tensor,
-                    lm_head_bias: torch.Tensor | None = None, step: StepCounts | None = None,
-                    labels_shifted: bool = False, *, chunk_size: int = DEFAULT_CHUNK,
-                    logit_transform: LogitTransform | None = None, position_ids: torch.Tensor | None = None,
-                    loss_weights: torch.Tensor | None = None, grad_accumulation: str = "float32",
-                    fused_chain: bool = False, **deprecated_counts) -> LossOutput:
-        """``self(logit_transform(hidden @ lm_head_weight.T + lm_head_bias), labels, ...)`` in value and gradient,
+    def from_hidden(self, hidden: torch.Tensor, head: LinearHead | torch.Tensor, labels: torch.Tensor,
+                    step: StepCounts | None = None, labels_shifted: bool = False, *,
+                    position_ids: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None,
+                    **deprecated) -> LossOutput:
+        """``self(head.transform(hidden @ head.weight.T + head.bias), labels, ...)`` in value and gradient,
         without the ``[B, T, V]`` logits (``TokenLoss.from_hidden`` documents the arguments). The paper's form
         needs each token's CE before its gradient (the weight ``eta + (1 - eta) exp(-ce_t)``): the per-row pass,
         whose backward recomputes each chunk once; the official form scales the chunked CE sum."""
-        num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
-        in_w = hidden_inputs(hidden, labels, grad_accumulation)
+        head, step = head_of(head, step, deprecated, f"{type(self).__name__}.from_hidden()")
+        num_items_in_batch = self._step_items(step, deprecated, labels_shifted, loss_weights)
+        hidden_inputs(hidden, labels, head)
+        lm_head_weight, lm_head_bias = head.weight, head.bias
         targets = to_targets(labels.to(hidden.device), labels_shifted, self.ignore_index)
         flat_t = targets.reshape(-1)
         idx, valid, ce_t = trained_rows(flat_t, None)  # compiled: every row, weight 0 where ignored
         g = self.vocab.gather(targets, lm_head_weight.shape[0], True, dense=True) if self.vocab is not None else None
         ce, z = linear_ce_and_digit_logits(hidden.reshape(-1, hidden.shape[-1]), lm_head_weight, lm_head_bias, idx,
                                            ce_t[idx], valid, (g.rows, g.cols) if g else None,
-                                           LinearOptions(chunk_size, logit_transform, self.form == "paper", in_w,
-                                                         fused_chain))
+                                           head.options(per_row=self.form == "paper"))
         denom = self._ce_denominator(flat_t.view(1, -1), num_items_in_batch)
         if self.form == "paper":  # ce: [K] per-row CE (0 at an ignored row)
             loss, ce = self._mix(ce).sum() / denom, ce.sum() / denom
@@ -190,8 +198,8 @@ class EMOLoss(_FullSoftmaxLoss):
 
     def __call__(self, logits: torch.Tensor, labels: torch.Tensor, step: StepCounts | None = None,
                  labels_shifted: bool = False, *, position_ids: torch.Tensor | None = None,
-                 loss_weights: torch.Tensor | None = None, **deprecated_counts) -> LossOutput:
-        num_items_in_batch = self._step_items(step, deprecated_counts, labels_shifted, loss_weights)
+                 loss_weights: torch.Tensor | None = None, **deprecated) -> LossOutput:
+        num_items_in_batch = self._step_items(step, deprecated, labels_shifted, loss_weights)
         if self.embedding is None:
             raise ValueError("loss 'emo' needs the model's output embedding matrix: "
                              "build_loss('emo', tokenizer, model=model), or loss.bind_model(model) before training")
