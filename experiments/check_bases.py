@@ -54,6 +54,7 @@ def compare(mine: dict, stored: dict, tol: float) -> tuple[bool, dict]:
 
 
 def main(argv=None) -> int:
+    from numlearn.cli import preset_config
     from numlearn.evaluation.teacher_forced import preset_records
     from numlearn.pipeline import parse_seeds
 
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     seeds = parse_seeds(a.seeds)
     # the records (and length cap) Table 1's result files were measured on: its eval.teacher_forced
-    records, cfg = preset_records("table1_tiny", [f"paths.cache_dir={a.cache}"])
+    cfg = preset_config("table1_tiny", [f"paths.cache_dir={a.cache}"])
+    records = preset_records(cfg)
     max_length = int(cfg.eval.teacher_forced.max_length)
     print("| seed | " + " | ".join(f"{k} (base / Table 1)" for k in KEYS) + " | same |")
     print("|---|" + "---|" * (len(KEYS) + 1))

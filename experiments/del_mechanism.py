@@ -30,9 +30,11 @@ def heldout_records(experiment: str = "table1_tiny", n: int | None = None, cache
     """The held-out solutions a preset's result files are measured on (its ``eval.teacher_forced``:
     the synthetic test split of its ``data.difficulty``, e.g. ``long3`` for ``pretrained_tiny``; the
     first ``n`` of them, default the preset's own ``n``) and the preset's composed config."""
+    from numlearn.cli import preset_config
     from numlearn.evaluation.teacher_forced import preset_records
 
-    return preset_records(experiment, [*([f"eval.teacher_forced.n={n}"] if n else []), f"paths.cache_dir={cache}"])
+    cfg = preset_config(experiment, [*([f"eval.teacher_forced.n={n}"] if n else []), f"paths.cache_dir={cache}"])
+    return preset_records(cfg), cfg
 
 
 def measure_model(run_dir: Path, records: list[dict], max_length: int = 512, batch_size: int = 32) -> dict:
@@ -221,7 +223,7 @@ def main(argv=None) -> int:
             print(f"[del_mechanism] {name} {d.name}: done", file=sys.stderr, flush=True)
     summary = {name: _summarise(rs) for name, rs in runs.items()}
     # the training sets' sizes as the presets read them: Table 1's (the base task) and, for a variant, this preset's
-    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.cli import preset_config
 
     t1 = preset_config("table1_tiny", [f"paths.cache_dir={a.cache}"])
     data = data_place_weights(a.data_dir, n_synthetic=int(t1.data.n_train), difficulty=difficulty,

@@ -109,12 +109,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    from numlearn.cli import preset_config
     from numlearn.evaluation.teacher_forced import preset_records
     from numlearn.provenance import provenance
 
     if a.train is not None:
         a.run = train_forms(a.train.resolve(), a.experiment) + a.run
-    records, cfg = preset_records(a.experiment, [f"eval.teacher_forced.n={a.n}"])
+    cfg = preset_config(a.experiment, [f"eval.teacher_forced.n={a.n}"])
+    records = preset_records(cfg)
     max_length = int(cfg.eval.teacher_forced.max_length)
     res: dict[str, list[dict]] = {}
     for spec in a.run:

@@ -16,9 +16,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from numlearn.cli import benchmark_configs
 from numlearn.evaluation import official
 from numlearn.evaluation.runner import read_jsonl, rescore
-from numlearn.evaluation.spec import as_spec
+from numlearn.evaluation.spec import as_spec, register_benchmarks
 from numlearn.records import RESULT, ResultRecord
 
 DECISIONS = {
@@ -69,6 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--out", default=None, help="write the Markdown table here too")
     a = ap.parse_args(argv)
+    register_benchmarks(benchmark_configs())  # the result files name their benchmark
     rows_md = []
     total = Counter()
     for f in a.files:

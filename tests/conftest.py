@@ -18,10 +18,14 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-try:  # the config schema (Hydra structured configs) for the tests that compose conf/ themselves
+try:  # the config schema (Hydra structured configs) for the tests that compose conf/ themselves, and the
+    # repo's benchmarks by name (extract_answer("gsm8k", ...)), registered as the entry points do
+    from numlearn.cli import benchmark_configs as _benchmark_configs
+    from numlearn.evaluation.spec import register_benchmarks as _register_benchmarks
     from numlearn.schema import register as _register_schema
 
     _register_schema()
+    _register_benchmarks(_benchmark_configs())
 except ImportError:  # the core tier's bare venv has no hydra-core
     pass
 

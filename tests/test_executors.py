@@ -140,7 +140,7 @@ def test_a_damaged_state_file_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("preset", PAPER)
 def test_plan_on_every_paper_preset_matches_the_preset_and_submits_nothing(preset, tmp_path, capsys):
-    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.cli import preset_config
 
     cfg = preset_config(preset, config="evaluate")
     world, tp = int(cfg.paper_row.world_size), int(cfg.eval.tensor_parallel_size)
@@ -274,7 +274,7 @@ def test_a_training_killed_mid_run_is_resubmitted_and_resumes_from_its_checkpoin
 
 
 def test_released_plan_gives_each_checkpoint_its_own_presets_gpus(capsys, tmp_path):
-    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.cli import preset_config
 
     assert pipeline.main(["released", "--with-base", "--executor", "slurm", "--plan", "--outputs",
                           str(tmp_path / "o")]) == 0

@@ -91,21 +91,24 @@ def test_force_choice_letter_option_and_unknown_benchmark():
         extract_answer("gsm9k", "1")
 
 
-def test_a_benchmark_by_name_without_the_config_tree_is_an_error_not_an_exit(monkeypatch, tmp_path):
-    """A library call on a wheel install (no conf/): a ValueError naming the fix, where it used to sys.exit the
-    caller's process from inside ``extract_answer``. A spec object needs no config tree."""
+def test_a_benchmark_by_name_is_what_was_registered_and_library_code_reads_no_config_tree(monkeypatch):
+    """Issue 43: only the CLI layer reads conf/ (``numlearn.cli.benchmark_configs``); the library resolves a name
+    through what was registered (the entry points and this suite's conftest register the repo's benchmarks). An
+    unregistered name is a ValueError naming both fixes -- never a read of a conf/ the caller did not ask for, and
+    never an exit; a spec object needs no registration; a registration is the spec it was given."""
+    from numlearn.cli import benchmark_configs
     from numlearn.evaluation import spec
 
-    spec._spec_by_name.cache_clear()
-    gsm8k = spec.as_spec("gsm8k")
-    monkeypatch.setenv("NUMLEARN_CONF_DIR", str(tmp_path / "no_conf"))
-    spec._spec_by_name.cache_clear()
-    try:
-        with pytest.raises(ValueError, match="pass a BenchmarkSpec instead"):
-            extract_answer("gsm8k", "so 12")
-        assert extract_answer(gsm8k, "so 12") == "12"
-    finally:
-        spec._spec_by_name.cache_clear()
+    monkeypatch.setattr(spec, "_REGISTERED", {})
+    with pytest.raises(ValueError, match=r"unknown benchmark 'gsm8k' \(registered: none\).*register_benchmarks"):
+        extract_answer("gsm8k", "so 12")
+    (gsm8k,) = [c for c in benchmark_configs() if c.name == "gsm8k"]
+    assert extract_answer(spec.BenchmarkSpec.from_config(gsm8k), "so 12") == "12"
+    mine = spec.BenchmarkSpec(name="gsm8k", loader="gsm8k", answer="choice", choice_letters="AB")
+    spec.register_benchmarks([mine])
+    assert spec.as_spec("gsm8k") is mine and extract_answer("gsm8k", "The answer is B") == "B"
+    assert {s.name for s in spec.register_benchmarks(benchmark_configs())} >= {"gsm8k", "math", "aqua"}
+    assert spec.as_spec("gsm8k").answer == "number"
 
 
 def test_very_long_numbers_do_not_break_extraction():

@@ -66,3 +66,35 @@ def test_the_measure_sees_long_and_wide_functions_and_spares_autograd_functions(
         "    def forward(ctx, a, b, c, d, e, f, g, h, i, j):\n        pass\n")
     assert measure(tmp_path) == {"m.py:long": "lines", "m.py:wide": "params", "m.py:C.method": "params"}
 
+
+
+# Modules whose prints are a command's own output: the entry points, the orchestrator and its console, `make data`'s
+# report. Everywhere else a message goes through `logging` (the CLI configures it: Hydra's job logging, or
+# numlearn.cli.configure_logging for the argparse entry points) and print() is allowed only inside a `main`.
+COMMAND_MODULES = {"cli.py", "pipeline.py", "jobs.py", "evaluate.py", "train.py", "probe.py", "data/fetch.py"}
+
+
+def prints_outside_commands(root: Path = SRC) -> list[str]:
+    """``path:function:line`` of every ``print(...)`` outside COMMAND_MODULES and ``main*`` functions."""
+    found = []
+
+    def visit(node, path: str, fn: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else fn
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id == "print"
+                    and not fn.startswith("main")):
+                found.append(f"{path}:{fn or '<module>'}:{child.lineno}")
+            visit(child, path, name)
+
+    for f in sorted(root.rglob("*.py")):
+        path = f.relative_to(root).as_posix()
+        if path not in COMMAND_MODULES:
+            visit(ast.parse(f.read_text()), path, "")
+    return found
+
+
+def test_library_messages_go_through_logging_not_print(tmp_path):
+    """Issue 43: print is a command's own output; a library's message is a log record its caller can route."""
+    assert prints_outside_commands() == [], "use logging.getLogger(__name__) (the CLI configures it)"
+    (tmp_path / "lib.py").write_text("def f():\n    print('x')\n\ndef main():\n    print('table')\n")
+    assert prints_outside_commands(tmp_path) == ["lib.py:f:2"]

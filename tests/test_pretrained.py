@@ -336,15 +336,17 @@ def test_the_mechanism_script_reads_the_presets_heldout_solutions(tmp_path, caps
 
 
 def test_preset_config_composes_without_generating_data(tmp_path):
-    """numlearn.evaluation.teacher_forced.preset_config reads a preset's settings (what del_mechanism needs of
-    Table 1's: data.n_train) and writes nothing: preset_records, by contrast, builds the held-out split."""
-    from numlearn.evaluation.teacher_forced import preset_config, preset_records
+    """numlearn.cli.preset_config reads a preset's settings (what del_mechanism needs of Table 1's: data.n_train)
+    and writes nothing: preset_records, by contrast, builds the held-out split from the composed config."""
+    from numlearn.cli import preset_config
+    from numlearn.evaluation.teacher_forced import preset_records
 
     t1 = preset_config("table1_tiny", [f"paths.cache_dir={tmp_path}"])
     train = preset_config("smollm2_synthetic", [f"paths.cache_dir={tmp_path}"], config="config")
     assert (int(t1.data.n_train), int(train.data.n_train), float(train.train.learning_rate)) == (20000, 2000, 2e-4)
     assert list(tmp_path.iterdir()) == []
-    preset_records("table1_tiny", [f"paths.cache_dir={tmp_path}", "eval.teacher_forced.n=2"])
+    assert len(preset_records(preset_config("table1_tiny", [f"paths.cache_dir={tmp_path}",
+                                                           "eval.teacher_forced.n=2"]))) == 2
     assert list(tmp_path.iterdir())
 
 

@@ -367,7 +367,7 @@ def test_vocab_setup_official_is_the_del_scripts_resize(shared_tokenizers, tmp_p
         build("authors")
 
 
-def test_a_finished_run_is_not_silently_reused_for_another_recipe(tmp_path, capsys):
+def test_a_finished_run_is_not_silently_reused_for_another_recipe(tmp_path, caplog):
     """Issue 41: the same experiment/model/loss/alpha/seed with another training recipe used to print
     'already complete, skipping' and keep the old model. Now: the same recipe skips; another one is
     refused in one line naming the differing key and the override that gives it its own run dir."""
@@ -375,7 +375,9 @@ def test_a_finished_run_is_not_silently_reused_for_another_recipe(tmp_path, caps
 
     run = train(_cfg(tmp_path, "loss=mle"))
     weights = (run / "final" / "model.safetensors").read_bytes()
-    assert train(_cfg(tmp_path, "loss=mle")) == run and "already complete" in capsys.readouterr().out
+    with caplog.at_level("INFO", logger="numlearn.training.run"):
+        assert train(_cfg(tmp_path, "loss=mle")) == run
+    assert "already complete" in caplog.text
     with pytest.raises(ValueError) as e:
         train(_cfg(tmp_path, "loss=mle", "data.n_train=150"))
     msg = str(e.value)
@@ -413,14 +415,15 @@ def test_one_training_per_run_dir_and_a_dead_holders_lock_is_taken_over(tmp_path
     assert (train(cfg) / "final").is_dir()
 
 
-def test_a_run_shorter_than_logging_steps_still_logs_its_last_step(tmp_path, capsys):
+def test_a_run_shorter_than_logging_steps_still_logs_its_last_step(tmp_path, caplog):
     """Issue 47: 3 steps with logging every 50 used to log nothing; the last step is always logged (and a
     run of 5 with logging every 2 logs steps 2, 4 and 5)."""
     from numlearn.training.run import train
 
-    run = train(_cfg(tmp_path, "loss=mle", "train.max_steps=3", "train.logging_steps=50"))
+    with caplog.at_level("INFO", logger="numlearn.train"):
+        run = train(_cfg(tmp_path, "loss=mle", "train.max_steps=3", "train.logging_steps=50"))
     assert [m["step"] for m in _metrics(run) if "loss" in m] == [3]
-    assert "step 3/3 loss=" in capsys.readouterr().out
+    assert any(r.getMessage().startswith("step 3/3 loss=") for r in caplog.records)
     run = train(_cfg(tmp_path, "loss=mle", "train.max_steps=5", "train.logging_steps=2", "experiment_name=five"))
     assert [m["step"] for m in _metrics(run) if "loss" in m] == [2, 4, 5]
 

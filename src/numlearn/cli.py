@@ -4,6 +4,7 @@ mistakes users make most (an unknown config choice, a missing data root)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,29 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def _conf_candidate() -> Path:
     return Path(os.environ.get("NUMLEARN_CONF_DIR", REPO_ROOT / "conf"))
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is emitted (a test's capture, a redirected stream)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """The argparse entry points' logging (the Hydra ones get Hydra's): numlearn's messages on stderr, one line
+    each, ``<module>: <message>``. Library code only logs; this is the one place its output is configured."""
+    root = logging.getLogger("numlearn")
+    root.setLevel(level)
+    if not any(isinstance(h, _Stderr) for h in root.handlers):
+        h = _Stderr()
+        h.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        root.addHandler(h)
 
 
 def find_conf_dir() -> Path | None:
@@ -33,6 +57,26 @@ def conf_dir() -> str:
         sys.exit(f"error: Hydra config directory {_conf_candidate()} not found; run from a clone of numlearn "
                  "(pip install -e .) or set NUMLEARN_CONF_DIR")
     return str(d)
+
+
+def preset_config(experiment: str, overrides: tuple[str, ...] | list[str] = (), config: str = "evaluate"):
+    """The composed ``config`` (``evaluate`` or ``config``, the training one) for ``experiment=<experiment>`` plus
+    ``overrides``; composing only -- nothing is generated or read. For the pipeline and scripts that need a preset's
+    settings (``data.n_train``, ``eval.teacher_forced``) without running it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        return compose(config, overrides=[f"experiment={experiment}", *overrides])
+
+
+def benchmark_configs(conf: str | Path | None = None) -> list:
+    """The typed ``BenchmarkConfig`` of every ``conf/eval/benchmark/*.yaml`` (``conf``: the config tree, default
+    ``conf_dir()``), for ``numlearn.evaluation.spec.register_benchmarks``: the CLI layer reads the tree, the
+    library takes the configs. A misspelt key in any file is a ``ValueError`` naming the file and the key."""
+    from numlearn.schema import load_benchmark_config
+
+    folder = Path(conf if conf is not None else conf_dir()) / "eval" / "benchmark"
+    return [load_benchmark_config(p) for p in sorted(folder.glob("*.yaml"))]
 
 
 def schema_fields(group: str) -> set[str]:

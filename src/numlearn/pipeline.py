@@ -380,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     a.invocation = "python -m numlearn.pipeline " + shlex.join(argv)
     try:
         return _dispatch(a)
@@ -427,8 +430,7 @@ def smoke(a) -> int:
 def released(a) -> int:
     """The released checkpoints: one evaluation job per (checkpoint, role), each published, then the table."""
     from numlearn import released as rel
-    from numlearn.cli import conf_dir
-    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.cli import conf_dir, preset_config
 
     study = rel.choose(rel.load_study(Path(conf_dir()) / "study" / "released.yaml"), a.models)
     hub_map = {}
@@ -466,7 +468,7 @@ def _released_submitted(a, jobs, study) -> int:
     """``released --executor submitit_local|slurm`` (or ``--plan``): an evaluation job per checkpoint and role with
     its model's ``eval=paper`` GPUs, each publish after it, the table after every publish."""
     from numlearn import executors as ex
-    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.cli import preset_config
 
     def eval_resources(experiment: str) -> ex.Resources:  # each checkpoint's own preset: its eval=paper GPUs
         cfg = preset_config(experiment, list(a.override), config="evaluate")
@@ -586,7 +588,7 @@ def stage_resources(a, experiment: str, overrides: list[str]):
     node with ``paper_row.world_size`` GPUs and a task per GPU, its vLLM evaluation ``eval.tensor_parallel_size``
     GPUs; a CPU preset a task with the preset's threads. The command's flags override. Also the GPU-hour
     estimate per training and per evaluation job, and what it rests on."""
-    from numlearn.evaluation.teacher_forced import preset_config
+    from numlearn.cli import preset_config
     from numlearn.executors import Resources
 
     cfg = preset_config(experiment, overrides, config="evaluate")

@@ -46,13 +46,24 @@ def is_result_file(p: Path) -> bool:
         p.name.startswith("result.") and p.name.endswith(".json") and p.name.count(".") == 2))
 
 
-def write_atomic(path: str | Path, obj) -> None:
-    """Write ``obj`` as JSON so that a reader never sees a half-written file (write, then rename; the
-    temporary name is the process's own, so two writers never write into one file)."""
+def own_tmp(path: str | Path) -> Path:
+    """``path``'s temporary sibling private to this process (``<name>.<pid>.tmp``): several processes writing the
+    same file at once (ranks, a multirun's jobs) each write their own and rename it into place."""
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+def write_via_tmp(path: str | Path, write) -> None:
+    """``write(tmp)`` into this process's ``own_tmp(path)``, then rename it onto ``path``: a reader never sees a
+    half-written file and two writers never write into one."""
+    tmp = own_tmp(path)
+    write(tmp)
     os.replace(tmp, path)
+
+
+def write_atomic(path: str | Path, obj) -> None:
+    """Write ``obj`` as JSON so that a reader never sees a half-written file (``write_via_tmp``)."""
+    write_via_tmp(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str)))
 
 
 def _load(path: Path, kind: str) -> dict:

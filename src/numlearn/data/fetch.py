@@ -92,6 +92,9 @@ def main(argv=None) -> int:
                     help="copy from this local folder (same layout) instead of downloading; env NUMLEARN_DATA_MIRROR")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     return fetch(Path(a.out), a.names or None, Path(a.mirror) if a.mirror else None)
 
 

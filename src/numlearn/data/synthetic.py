@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
+
+from numlearn.records import own_tmp, write_via_tmp
 
 log = logging.getLogger("numlearn.data")
 
@@ -368,11 +369,10 @@ def ensure_synthetic(root: str | Path, n_train: int, n_test: int, n_ood: int, se
         if not p.exists():
             # several processes may generate the same split at once (make reproduce-table1 JOBS=2):
             # each writes its own temporary files and renames them into place; the bytes are equal
-            tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
+            tmp = own_tmp(p)
             write_split(tmp, generate(split, n, seed, variant=variant))
-            dtmp = digest.with_name(f"{digest.name}.{os.getpid()}.tmp")
-            dtmp.write_text(hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n")
-            dtmp.replace(digest)
+            sha = hashlib.sha256(tmp.read_bytes()).hexdigest() + "\n"
+            write_via_tmp(digest, lambda t, sha=sha: t.write_text(sha))
             tmp.replace(p)
         paths[split] = p
     return paths

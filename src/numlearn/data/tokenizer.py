@@ -13,6 +13,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from numlearn.records import own_tmp
+
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
 
@@ -97,7 +99,7 @@ def cached_tokenizer(texts: list[str], cache_dir: str | Path, vocab_size: int = 
         tok = train_tokenizer(texts, vocab_size, tuple(phrases), digits)
         # every rank of a multi-process run (and every job of a multirun) may train it at once: each saves
         # into its own directory and renames it into place, so no reader sees another's half-written files
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp = own_tmp(path)
         tok.save_pretrained(tmp)
         try:
             os.rename(tmp, path)

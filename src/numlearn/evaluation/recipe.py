@@ -9,6 +9,7 @@ calls and reports; experiments and notebooks call this module.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from numlearn.provenance import model_fingerprint
+
+log = logging.getLogger("numlearn.evaluate")
 
 
 def backend_from_config(ecfg, model_path: str, seed: int = 0):
@@ -127,9 +130,9 @@ def _teacher_forced(tcfg, tf_records, backend, model_path: str) -> dict:
     hf = backend.name == "hf"  # its model is already loaded; other backends hold no torch module
     out = measure(model_path, tcfg, tf_records, model=getattr(backend, "model", None) if hf else None,
                   tokenizer=getattr(backend, "tokenizer", None) if hf else None)
-    print(f"[numlearn.evaluate] teacher forced on {out.get('n_examples', 0)} {tcfg.source} solutions: "
-          + ", ".join(f"{k}={out[k]:.4f}" for k in ("digit_acc", "digit_nll", "digit_entropy") if k in out)
-          + f" ({time.time() - t0:.1f}s)", flush=True)
+    log.info(f"teacher forced on {out.get('n_examples', 0)} {tcfg.source} solutions: "
+             + ", ".join(f"{k}={out[k]:.4f}" for k in ("digit_acc", "digit_nll", "digit_entropy") if k in out)
+             + f" ({time.time() - t0:.1f}s)")
     return out
 
 
@@ -177,9 +180,9 @@ def _evaluate_benchmark(ev: _Evaluation, name: str, problems, info: dict, backen
         path = result_path(ev.eval_dir, name, mode)
         result.write(path)
         nd = metrics.get("numerical_distance")
-        print(f"[numlearn.evaluate] {name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
-              + (f" numerical_distance={nd:.4f}" if nd is not None else "")
-              + f" ({gen_info['n_resumed']} resumed) -> {path}", flush=True)
+        log.info(f"{name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
+                 + (f" numerical_distance={nd:.4f}" if nd is not None else "")
+                 + f" ({gen_info['n_resumed']} resumed) -> {path}")
         yield path, metrics
 
 

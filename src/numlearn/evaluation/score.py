@@ -21,12 +21,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from numlearn.cli import benchmark_configs, find_conf_dir
 from numlearn.records import RESULT, BadRecord, ResultRecord
 
 from .results import result_fields
 from .runner import ProgramExecutor, make_attempts, read_jsonl, rescore, walk_chain
 from .scorers import PROTOCOLS
-from .spec import BenchmarkSpec
+from .spec import BenchmarkSpec, register_benchmarks
 
 
 def _same(a, b, tol=1e-9) -> bool:
@@ -101,8 +102,14 @@ def main(argv=None) -> int:
                     help="with --check: re-execute every recorded program in the sandbox and compare its output")
     ap.add_argument("--write", action="store_true", help="write result.<protocol>.json beside each file")
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     if a.rerun_programs and not a.check:
         ap.error("--rerun-programs is part of --check: add --check")
+    conf = find_conf_dir()
+    if conf is not None:  # a result written before results kept their benchmark's spec names it only
+        register_benchmarks(benchmark_configs(conf))
     status = 0
     for f in a.files:
         p = Path(f)

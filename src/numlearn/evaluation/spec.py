@@ -13,7 +13,6 @@ probe read): ``name``, ``loader`` (a function registered in ``numlearn.evaluatio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 ANSWER_KINDS = ("number", "math", "choice")
 BASE_TRIGGERS = ("The answer is:", "The answer is", "the answer is")
@@ -55,23 +54,29 @@ class BenchmarkSpec:
                    max_new_tokens=int(get("max_new_tokens") or 1500))
 
 
+# Benchmarks resolvable by name (``as_spec("gsm8k")``). Library code never reads ``conf/``: the entry points and
+# scripts register what the CLI layer composed or read (``numlearn.cli.benchmark_configs()``), and a caller can
+# register its own.
+_REGISTERED: dict[str, BenchmarkSpec] = {}
+
+
+def register_benchmarks(benchmarks) -> list[BenchmarkSpec]:
+    """Make benchmarks resolvable by name: each a ``BenchmarkSpec`` or a benchmark config node
+    (``numlearn.schema.BenchmarkConfig``; in a clone ``numlearn.cli.benchmark_configs()`` reads every
+    ``conf/eval/benchmark`` file). A later registration of a name replaces the earlier one."""
+    specs = [b if isinstance(b, BenchmarkSpec) else BenchmarkSpec.from_config(b) for b in benchmarks]
+    _REGISTERED.update({s.name: s for s in specs})
+    return specs
+
+
 def as_spec(benchmark: str | BenchmarkSpec) -> BenchmarkSpec:
-    """A spec, or the spec of a benchmark of this repo's ``conf/eval/benchmark`` by name."""
-    return benchmark if isinstance(benchmark, BenchmarkSpec) else _spec_by_name(str(benchmark))
-
-
-@cache
-def _spec_by_name(name: str) -> BenchmarkSpec:
-    from numlearn.cli import find_conf_dir
-    from numlearn.schema import load_benchmark_config
-
-    conf = find_conf_dir()
-    if conf is None:  # a library call (a wheel install has no conf/): an error to catch, never an exit
-        raise ValueError(f"benchmark {name!r} by name needs numlearn's conf/ (a clone, or NUMLEARN_CONF_DIR); "
-                         "pass a BenchmarkSpec instead (numlearn.evaluation.spec.BenchmarkSpec)")
-    folder = conf / "eval" / "benchmark"
-    path = folder / f"{name}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
-        raise ValueError(f"unknown benchmark {name!r}; choose one of {known} (or pass a BenchmarkSpec)")
-    return BenchmarkSpec.from_config(load_benchmark_config(path))
+    """A spec, or the registered spec of that name (``register_benchmarks``)."""
+    if isinstance(benchmark, BenchmarkSpec):
+        return benchmark
+    name = str(benchmark)
+    if name not in _REGISTERED:
+        known = sorted(_REGISTERED)
+        raise ValueError(f"unknown benchmark {name!r} (registered: {known or 'none'}): pass a BenchmarkSpec "
+                         "(BenchmarkSpec.from_config(node)), or register it first -- in a clone of numlearn, "
+                         "register_benchmarks(numlearn.cli.benchmark_configs()) registers conf/eval/benchmark")
+    return _REGISTERED[name]

@@ -117,31 +117,16 @@ def teacher_forced_records(tcfg, data_cfg, data_root: str | Path, cache_dir: str
     return [convert_record(r, f"{path}:{i + 1}") for i, r in enumerate(recs[:n])]
 
 
-def preset_config(experiment: str, overrides: tuple[str, ...] | list[str] = (), config: str = "evaluate"):
-    """The composed ``config`` (``evaluate`` or ``config``, the training one) for ``experiment=<experiment>``
-    plus ``overrides``; composing only -- nothing is generated or read. For scripts that need a preset's
-    settings (``data.n_train``, ``eval.teacher_forced``) without running it."""
-    from hydra import compose, initialize_config_dir
-
-    from numlearn.cli import conf_dir
-
-    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-        return compose(config, overrides=[f"experiment={experiment}", *overrides])
-
-
-def preset_records(experiment: str, overrides: tuple[str, ...] | list[str] = ()) -> tuple[list[dict], object]:
-    """The held-out records a preset's result files are measured on -- ``eval.teacher_forced`` of the
-    composed ``evaluate`` config for ``experiment=<experiment>`` plus ``overrides`` (``preset_config``) --
-    and that config (its ``data`` says which training data the preset reads). For scripts that re-measure
-    stored runs (``experiments/check_bases.py``, ``experiments/del_mechanism.py``): one definition of the
-    records."""
-    cfg = preset_config(experiment, overrides)
+def preset_records(cfg) -> list[dict]:
+    """The held-out records a preset's result files are measured on: ``eval.teacher_forced`` of its composed
+    ``evaluate`` config (``numlearn.cli.preset_config(experiment, overrides)``; its ``data`` says which training
+    data the preset reads). For scripts that re-measure stored runs (``experiments/check_bases.py``,
+    ``experiments/del_mechanism.py``): one definition of the records."""
     tcfg = cfg.eval.get("teacher_forced")
     if not tcfg:
-        raise ValueError(f"experiment={experiment}: its eval config sets no teacher_forced records (eval.teacher_forced)")
-    recs = teacher_forced_records(tcfg, cfg.data, Path(str(cfg.paths.data_dir)).expanduser(),
+        raise ValueError("this preset's eval config sets no teacher_forced records (eval.teacher_forced)")
+    return teacher_forced_records(tcfg, cfg.data, Path(str(cfg.paths.data_dir)).expanduser(),
                                   Path(str(cfg.paths.cache_dir)).resolve())
-    return recs, cfg
 
 
 def measure(model_path: str, tcfg, records: list[dict], model=None, tokenizer=None) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 import shlex
 import sys
@@ -29,6 +30,8 @@ from .stats import MIN_SEEDS_FOR_SIGNIFICANCE, multi_column_bootstrap, seed_boot
 
 LOSS_ORDER = ["mle", "mixce", "emo", "ntl", "dist2", "del"]
 MACC = "mACC"
+
+log = logging.getLogger(__name__)
 
 
 def _loss_key(loss: str) -> int:
@@ -352,7 +355,7 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     df, sel = load_table_results(paths, select.protocol, select.skip_bad, skipped, select.exclude_benchmarks,
                                  select.selected)
     for f in skipped:
-        print(f"numlearn.reporting.aggregate: skipped unreadable {f}", file=sys.stderr)
+        log.warning("skipped unreadable %s", f)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md, mean, std, cols = _accuracy_sections(df, out, command, reference, skipped)
@@ -476,6 +479,9 @@ def main(argv=None) -> int:
     ap.add_argument("--selected", default=None, metavar="SELECTED_JSON",
                     help="the sweep's chosen weights (results/sweep_alpha/selected.json): label those rows val-chosen")
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     try:
         from numlearn.provenance import check_output_dir
 

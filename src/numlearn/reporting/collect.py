@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
 
 from numlearn.records import BadRecord, ResultRecord
 from numlearn.rundirs import recipe_differences, training_recipe
+
+log = logging.getLogger(__name__)
 
 
 def column_name(benchmark: str, mode: str) -> str:
@@ -48,7 +51,6 @@ def _one_result_per_cell(df: pd.DataFrame) -> pd.DataFrame:
     """Two files for the same run, benchmark and mode (a copied run dir, a re-evaluation beside the
     old one): identical ones are one result (counted on stderr); differing ones are an error naming
     both, never "whichever comes first"."""
-    import sys
 
     key = df[RESULT_KEY].astype(str).apply(tuple, axis=1)
     keep, dropped = [], 0
@@ -65,8 +67,8 @@ def _one_result_per_cell(df: pd.DataFrame) -> pd.DataFrame:
                              "keep the one you mean (delete or archive the other) and rebuild the table")
         dropped += 1
     if dropped:
-        print(f"[numlearn.reporting] {dropped} duplicate result file(s) (identical to another of the same run, "
-              "benchmark and mode) counted once", file=sys.stderr)
+        log.warning("%d duplicate result file(s) (identical to another of the same run, benchmark and mode) counted "
+                    "once", dropped)
     return df.iloc[keep].reset_index(drop=True)
 
 

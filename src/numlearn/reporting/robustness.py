@@ -264,6 +264,9 @@ def main(argv=None) -> int:
     ap.add_argument("--primary-benchmark", default="synthetic_test",
                     help="the benchmark whose CoT accuracy and distance are primary (the held-out digit metrics are too)")
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     try:
         from numlearn.provenance import check_output_dir
 

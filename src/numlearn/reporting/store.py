@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--outputs", default=str(DEFAULT_OUTPUTS))
     p.add_argument("--store", default=str(DEFAULT_STORE))
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     try:
         from numlearn.provenance import check_output_dir
 

@@ -138,6 +138,9 @@ def main(argv=None) -> int:
                     help="a loss's grid; every point must be there before a weight is chosen (repeatable)")
     ap.add_argument("--min-seeds", type=int, default=1, help="seeds every point needs before a weight is chosen")
     a = ap.parse_args(argv)
+    from numlearn.cli import configure_logging
+
+    configure_logging()
     try:
         from numlearn.provenance import check_output_dir
 

@@ -8,6 +8,7 @@ before each step, each micro-batch its share of the step's loss, evaluation on i
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from transformers import TrainerCallback
 
 from numlearn.integrations.hf import LossBridge, NumlearnTrainerMixin  # noqa: F401  (re-exported)
 from numlearn.integrations.hf import NumlearnTrainer as _NumlearnTrainer
+
+log = logging.getLogger("numlearn.train")  # the step lines the job console reads (jobs.Job.progress_note)
 
 
 class NumlearnTrainer(_NumlearnTrainer):
@@ -66,7 +69,7 @@ class ProgressPrinter(TrainerCallback):
             for k in ("loss", "loss/ce", "loss/aux", "train/digit_acc", "learning_rate"):
                 if k in logs:
                     parts.append(f"{k}={logs[k]:.4g}")
-            print(" ".join(parts), flush=True)
+            log.info(" ".join(parts))
 
 
 def wandb_callback():

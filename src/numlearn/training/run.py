@@ -20,7 +20,6 @@ import logging
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from numlearn.losses import LOSSES, capabilities
 from numlearn.provenance import provenance
-from numlearn.records import RUN_META, RunRecord
+from numlearn.records import RUN_META, RunRecord, write_via_tmp
 from numlearn.rundirs import (
     RunDirLock,
     damaged_weights,
@@ -110,9 +109,9 @@ def official_weight_check(cfg, plan: RunPlan) -> dict:
     if not out["matches_official"]:
         how = (f"alpha {plan.loss_fn.alpha} x GA {plan.grad_accum} x {plan.world_size} process(es)"
                if plan.loss_fn.aux_normalization == "microbatch_sum" else f"alpha {plan.loss_fn.alpha}")
-        print(f"[numlearn.train] warning: the {cfg.loss.name} term's effective weight is {eff:g} ({how}, "
-              f"aux_normalization={plan.loss_fn.aux_normalization}); this preset's row ran at {official:g} "
-              f"({row.get('script')})", file=sys.stderr, flush=True)
+        log.warning(f"the {cfg.loss.name} term's effective weight is {eff:g} ({how}, "
+                    f"aux_normalization={plan.loss_fn.aux_normalization}); this preset's row ran at {official:g} "
+                    f"({row.get('script')})")
     return out
 
 
@@ -294,9 +293,7 @@ def truncate_metrics(path: Path, step: int) -> None:
             continue
         if isinstance(rec, dict) and rec.get("step", 0) <= step:
             keep.append(line)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(k + "\n" for k in keep))
-    tmp.replace(path)
+    write_via_tmp(path, lambda tmp: tmp.write_text("".join(k + "\n" for k in keep)))
 
 
 def last_complete_checkpoint(ckpt_dir: Path) -> str | None:
@@ -310,8 +307,8 @@ def last_complete_checkpoint(ckpt_dir: Path) -> str | None:
     for _step, path in found:
         if (path / "trainer_state.json").is_file():
             return str(path)
-        print(f"[numlearn.train] {path} is incomplete (no trainer_state.json: the save was interrupted); "
-              "skipping it", flush=True)
+        log.warning(f"{path} is incomplete (no trainer_state.json: the save was interrupted); "
+                    "skipping it")
     return None
 
 
@@ -368,16 +365,15 @@ class TrainRecipe:
         cfg = self.cfg
         run_dir = _abs(cfg.run_dir)
         if (run_dir / "final").is_dir() and (bad := damaged_weights(run_dir / "final")):
-            print(f"[numlearn.train] {run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
-                  "training again (from the last checkpoint, if any)", file=sys.stderr, flush=True)
+            log.warning(f"{run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
+                        "training again (from the last checkpoint, if any)")
         if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
             have = RunRecord.of_run_dir(run_dir).recipe
             if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
                 raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
                                  f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
                                  "experiment_name=<new name>, or replace that run with force=true")
-            log.info("run already complete: %s (force=true to retrain)", run_dir)
-            print(f"[numlearn.train] already complete, skipping: {run_dir}", flush=True)
+            log.info("already complete, skipping: %s (force=true to retrain)", run_dir)
             return run_dir
         self.plan()
         if is_main_process() and not cfg.get("dry_run", False):
@@ -402,7 +398,7 @@ def _train_in(cfg: DictConfig, plan: RunPlan, run_dir: Path, main: bool) -> Path
             shutil.rmtree(run_dir / name, ignore_errors=True)
         for name in ("metrics.jsonl", "run.json"):
             (run_dir / name).unlink(missing_ok=True)
-        print(f"[numlearn.train] force=true: previous checkpoints and records removed from {run_dir}", flush=True)
+        log.info(f"force=true: previous checkpoints and records removed from {run_dir}")
     if cfg.get("dry_run", False):
         meta = run_metadata(cfg, plan, "dry_run")
         paper_ws = int((cfg.get("paper_row") or {}).get("world_size") or 0)
@@ -411,15 +407,15 @@ def _train_in(cfg: DictConfig, plan: RunPlan, run_dir: Path, main: bool) -> Path
         if not main:
             return run_dir
         RunRecord.from_dict(meta).write(run_dir / ("run.dry_run.json" if run_is_complete(run_dir) else RUN_META))
-        print(f"[numlearn.train] dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
-              f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
-              f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"
-              f" (draw per {meta['template_draw']}"
-              + (f"; ranks of the preset's layout: {[t['official_index'] for t in meta['templates_at_paper_layout']]}"
-                 if "templates_at_paper_layout" in meta else "")
-              + f"); aux {meta['aux_normalization']}, ce {meta['ce_normalization']}"
-              + f"; vocab {meta['vocab_setup'] or 'checkpoint'} ({meta['tokenizer_len']} tokens)"
-              f"; boundary {meta['boundary']} -> {run_dir}", flush=True)
+        log.info(f"dry run: {cfg.loss.name} effective weight {meta['aux_effective_weight']} "
+                 f"(world size {plan.world_size}, GA {plan.grad_accum}); template {meta['template']['mode']}"
+                 f"{'' if meta['template']['official_index'] is None else ' #' + str(meta['template']['official_index'])}"
+                 f" (draw per {meta['template_draw']}"
+                 + (f"; ranks of the preset's layout: {[t['official_index'] for t in meta['templates_at_paper_layout']]}"
+                    if "templates_at_paper_layout" in meta else "")
+                 + f"); aux {meta['aux_normalization']}, ce {meta['ce_normalization']}"
+                 + f"; vocab {meta['vocab_setup'] or 'checkpoint'} ({meta['tokenizer_len']} tokens)"
+                 f"; boundary {meta['boundary']} -> {run_dir}")
         return run_dir
     if tcfg_threads := cfg.train.get("torch_threads"):
         torch.set_num_threads(int(tcfg_threads))
@@ -441,8 +437,8 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
                                      cfg.data.boundary)
     log.info("data: %s", report.as_dict())
     if report.n_truncated:
-        print(f"[numlearn.train] {report.n_truncated} of {len(records)} examples truncated to "
-              f"max_length={tcfg.max_length}", flush=True)
+        log.warning(f"{report.n_truncated} of {len(records)} examples truncated to "
+                    f"max_length={tcfg.max_length}")
     model = build_model(cfg.model, tokenizer, _abs(cfg.paths.cache_dir), seed=int(cfg.seed), model_dir=plan.model_dir)
     if loss_fn.needs_model_embeddings:
         loss_fn.bind_model(model)  # EMO's cost: the output embedding at initialisation
@@ -486,7 +482,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
             meta["peak_gpu_memory"] = peak
         if trainer.is_world_process_zero():
             RunRecord.from_dict(meta, meta_path).write()
-            print(f"[numlearn.train] done in {time.time() - t0:.1f}s -> {final_dir}", flush=True)
+            log.info(f"done in {time.time() - t0:.1f}s -> {final_dir}")
     finally:
         if wandb:
             from numlearn.tracking import finish_run
@@ -596,7 +592,7 @@ def resume_point(args, run_dir: Path, main: bool) -> str | None:
     with args.main_process_first(local=False, desc="resume point"):
         last = last_complete_checkpoint(run_dir / "checkpoints")
         if main and last:
-            print(f"[numlearn.train] resuming from {last}", flush=True)
+            log.info(f"resuming from {last}")
             truncate_metrics(metrics_path, int(Path(last).name.split("-")[-1]))
         elif main and metrics_path.exists():
             metrics_path.unlink()  # no checkpoint: the run starts over, so do its records
