@@ -14,6 +14,7 @@ from numlearn import pipeline
 from numlearn.executors import (
     DONE,
     FAILED,
+    RUNNING,
     Executor,
     RecordingExecutor,
     Resources,
@@ -283,3 +284,30 @@ def test_released_plan_gives_each_checkpoint_its_own_presets_gpus(capsys, tmp_pa
     assert re.search(rf"qwen2.5-7b released evaluate  \[1 node x {tp} GPU", text), text
     assert "qwen2.5-7b base publish" in text and "after: qwen2.5-7b base evaluate" in text
     assert text.count(" evaluate  [") == 10 and not (tmp_path / "o").exists()
+
+
+def test_a_zombie_job_process_is_failed_not_running(tmp_path):
+    """CI run of c3e9360: a training killed after its pipeline was still a zombie (not yet reaped) when the
+    re-run asked; kill(pid, 0) answered, the job read as running and was waited on instead of resubmitted (under
+    an init that never reaps, for ever). A zombie is dead; a live process and a missing one are told apart too."""
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("submitit")
+    from numlearn.executors import SubmititExecutor, pid_alive
+
+    ex = SubmititExecutor("local", tmp_path)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; unreaped until wait(): a zombie
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and pid_alive(gone.pid):
+            time.sleep(0.05)
+        assert open(f"/proc/{gone.pid}/stat").read().split(")")[-1].split()[0] == "Z"  # still there, a zombie
+        assert (ex.status(str(live.pid)), ex.status(str(gone.pid))) == (RUNNING, FAILED)
+    finally:
+        live.kill()
+        live.wait()
+        gone.wait()
+    assert ex.status(str(gone.pid)) == FAILED and not pid_alive(gone.pid)

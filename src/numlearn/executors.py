@@ -123,6 +123,24 @@ class Executor:
         raise NotImplementedError
 
 
+def pid_alive(pid: int | str) -> bool:
+    """Whether process ``pid`` runs: it exists and is not a zombie. A job killed after the pipeline that started it
+    stays a zombie until init reaps it (for ever under an init that does not reap, as in a container started
+    without one), and a zombie answers ``kill(pid, 0)``: read as running, its job was waited on instead of
+    resubmitted."""
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        return True  # another user's process: it exists
+    except (OSError, ValueError):
+        return False
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): kill(pid, 0) is all there is
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X")
+
+
 class SubmititExecutor(Executor):
     """submitit's ``local`` (processes on this machine, one per task) or ``slurm`` executor."""
 
@@ -179,11 +197,7 @@ class SubmititExecutor(Executor):
                 return FAILED
             return DONE if outcome == "success" else FAILED
         if self.cluster == "local":  # no result and this process did not submit it: its process (the id) alive?
-            try:
-                os.kill(int(job_id), 0)
-                return RUNNING
-            except (OSError, ValueError):
-                return FAILED
+            return RUNNING if pid_alive(job_id) else FAILED
         state = submitit.SlurmJob(self.folder, job_id).state.split()[0].upper()
         return DONE if state == "COMPLETED" else RUNNING if state in _SLURM_RUNNING else \
             PENDING if state in _SLURM_PENDING or state == "UNKNOWN" else FAILED
