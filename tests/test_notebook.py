@@ -15,6 +15,7 @@ SMALL = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "mo
          "eval.max_new_tokens_cap=8"]
 
 
+@pytest.mark.long  # two trainings, two evaluations and the notebook: ~15 s; CI runs the long tier
 def test_analysis_notebook_executes(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")

@@ -144,6 +144,7 @@ def test_a_row_the_configs_cannot_name_stops_before_any_table(tmp_path, capsys):
     assert not (tmp_path / "t").exists(), "a table was written without the row that failed"
 
 
+@pytest.mark.long  # tests/test_tables_check.py (long too) regenerates this table and every other study's through make
 def test_the_committed_table1_regenerates_from_the_committed_store(tmp_path, monkeypatch):
     """Every committed result file still reads, and Table 1 rebuilt from the store equals the committed
     files line for line, less the provenance header (command, date, git, machine)."""
