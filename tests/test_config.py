@@ -299,7 +299,7 @@ def test_official_harness_needs_a_preset(cli):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("loss.alpha=-1", "alpha must be >= 0"),
+    ("loss.alpha=-1", "loss.alpha=-1: must be a finite number >= 0"),
     ("loss.alpha=abc", "loss.alpha='abc': the schema types loss.alpha as float"),
     ("+loss.bogus=1", "+loss.bogus: no loss config defines 'bogus'"),
     ("++loss.bogus=1", "unknown option(s) ['bogus']"),  # forced past the CLI and the schema: build_loss refuses it
@@ -307,7 +307,7 @@ def test_official_harness_needs_a_preset(cli):
     ("train.max_steps=abc", "train.max_steps='abc': the schema types train.max_steps as Optional[int]"),
     ("eval.temperature=hot", "eval.temperature='hot': the schema types eval.temperature as float"),
     ("train.bf16=maybe", "train.bf16='maybe': the schema types train.bf16 as bool"),
-    ("train.max_steps=0", "train.max_steps=0 must be a positive integer (null trains"),  # was a full epoch
+    ("train.max_steps=0", "train.max_steps=0: must be an integer >= 1 (or null); null trains"),  # was a full epoch
     ("loss.aux_normalization=microbatch", "renamed"),
     ("data.template=random", "data.template=official"),
     ("train.sampling=sorted", "train.sampling='sorted'; choose one of ('random', 'group_by_length')"),
@@ -325,7 +325,8 @@ def test_an_experiment_can_set_what_evaluation_loads():
         cfg = compose("evaluate", overrides=["experiment=eval_smoke_smollm2"], return_hydra_config=True)
         tiny = compose("evaluate", overrides=["experiment=table1_tiny", "loss=del"], return_hydra_config=True)
     assert cfg.model_path.endswith("/smollm2-eval") and cfg.eval_dir.endswith("eval_smoke/smollm2-135m")
-    assert tiny.model_path == f"{tiny.run_dir}/final" and tiny.hydra.output_subdir == "eval/.hydra"
+    assert tiny.model_path == f"{tiny.run_dir}/final" and tiny.eval_dir == f"{tiny.run_dir}/eval"
+    assert tiny.hydra.run.dir == tiny.eval_dir and tiny.hydra.output_subdir == ".hydra"  # Hydra's files in eval/
 
 
 def test_evaluation_refuses_to_start_without_the_os_sandbox(tmp_path, cli):

@@ -80,7 +80,7 @@ def test_a_zero_program_timeout_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("override,message", [("eval.limit=-1", "eval.limit=-1"), ("eval.limit=0", "eval.limit=0"),
-                                              ("eval.pot_timeout_s=0", "time out every program")])
+                                              ("eval.pot_timeout_s=0", "eval.pot_timeout_s=0: must be a finite number > 0")])
 def test_bad_eval_options_are_one_line(override, message, cli, tmp_path):
     r = cli("numlearn.evaluate", [override], env={"NUMLEARN_OUTPUT_DIR": str(tmp_path)})
     lines = r.lines

@@ -119,6 +119,41 @@ def _check_typed_override(arg: str, prog: str) -> None:
                  f"(numlearn.schema.{node.__name__}; {str(e).splitlines()[0]})")
 
 
+def override_range_problem(arg: str) -> str | None:
+    """``key=value`` (a Hydra override, a sweep's ``key=a,b,c`` included) whose value lies outside the range the
+    schema gives ``key`` (``numlearn.schema.Range``): ``key=value: must be ...``; None otherwise, and for a key
+    the schema does not range or a value Hydra must resolve first (an interpolation)."""
+    from numlearn.schema import ROOT_RANGES, SCHEMAS
+
+    if "=" not in arg or arg.startswith("-"):
+        return None
+    key, _ = arg.lstrip("+~").split("=", 1)
+    group, _, name = key.partition(".")
+    if not name and group in ROOT_RANGES:
+        rng, nullable = ROOT_RANGES[group], False
+    else:
+        node = next((n for (g, _), n in SCHEMAS.items() if g == group), None)
+        f = node.__dataclass_fields__.get(name) if node is not None and "." not in name else None
+        if f is None or (rng := f.metadata.get("range")) is None:
+            return None
+        nullable = "Optional" in str(f.type) or str(f.type) == "typing.Any"
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_override(arg.lstrip("+~"))
+        values = list(parsed.sweep_string_iterator()) if parsed.is_sweep_override() else [parsed.value()]
+        if parsed.is_sweep_override():
+            values = [OverridesParser.create().parse_override(f"{key}={v}").value() for v in values]
+    except Exception:  # noqa: BLE001 - a grammar Hydra reports itself
+        return None
+    for v in values:
+        if isinstance(v, str) and "${" in v:
+            continue
+        if (why := rng.problem(v, nullable)) is not None:
+            return f"{key}={v!r}: must be {why}"
+    return None
+
+
 def offline_if_hub_unreachable(prog: str, timeout_s: float = 3.0) -> bool:
     """Without ``HF_HUB_OFFLINE`` set, a hub name on a machine with no network spends about a minute in
     Hugging Face's retries before the one-line error (the README's commands, run outside ``make``). The
@@ -192,6 +227,8 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
         if arg.startswith("-") or "=" not in arg:
             continue
         _check_typed_override(arg, prog)
+        if (problem := override_range_problem(arg)) is not None:  # a sweep's values too (-m: no compose check)
+            sys.exit(f"{prog}: error: {problem}: fix the value (its schema: numlearn.schema)")
         key, value = arg.split("=", 1)
         if key.startswith("+") and not key.startswith("++") and "." in key:
             _check_added_key(root, key.lstrip("+"), prog)
@@ -208,8 +245,9 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
 def check_composes(argv: list[str], config_name: str, prog: str) -> None:
     """Compose the config the command will run (not a multirun: Hydra composes each job itself) and exit
     with one line when a config file fails its schema -- a misspelt or unknown key in a YAML file, a value of
-    the wrong type -- naming the file, the key and the schema; Hydra's own report is a trace. Other
-    composition errors are left to Hydra."""
+    the wrong type -- naming the file, the key and the schema (Hydra's own report is a trace), or when a value
+    lies outside its schema's range (``numlearn.schema.range_problems``: a NaN weight, a negative batch size, a
+    fractional seed). Other composition errors are left to Hydra."""
     if any(a in ("-m", "--multirun") for a in argv[1:]):
         return
     from hydra import compose, initialize_config_dir
@@ -219,7 +257,7 @@ def check_composes(argv: list[str], config_name: str, prog: str) -> None:
                  and not a.lstrip("+~").startswith("hydra")]
     try:
         with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
-            compose(config_name, overrides=overrides)
+            cfg = compose(config_name, overrides=overrides)
     except ConfigCompositionException as e:
         cause = e.__cause__ or e.__context__
         if cause is None or type(cause).__name__ not in ("ConfigKeyError", "ValidationError", "KeyValidationError"):
@@ -234,6 +272,16 @@ def check_composes(argv: list[str], config_name: str, prog: str) -> None:
                  f"{f' ({full})' if full else ''}: fix the key or value there (its schema: numlearn.schema)")
     except Exception:  # noqa: BLE001 - anything else (a bad override's grammar, a missing file): Hydra says it
         return
+    from numlearn.schema import range_problems
+
+    target = cfg.get("eval_dir") if config_name == "evaluate" else cfg.get("run_dir")
+    if target is not None and (why := uncreatable(str(target))) is not None:
+        key = "eval_dir" if config_name == "evaluate" else "run_dir"
+        sys.exit(f"{prog}: error: cannot create the {key.replace('_', ' ')} {target}: {why}; point paths.output_dir "
+                 f"(or {key}) at a writable directory")
+    if problems := range_problems(cfg):  # a value outside its schema's range: refused before anything is written
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        sys.exit(f"{prog}: error: {problems[0]}{more}: fix the value (its schema: numlearn.schema)")
 
 
 _IO_ERRNOS = {28: "no space left on the device", 122: "disk quota exceeded", 30: "a read-only file system",
@@ -301,6 +349,34 @@ def check_output_writable(argv: list[str], prog: str) -> None:
         why = "a read-only file system" if _read_only(p) else "not writable by this user"
         sys.exit(f"{prog}: error: cannot write the output under {p}: {why}; make it writable or pass "
                  "paths.output_dir=<a writable directory>")
+
+
+def uncreatable(path: str) -> str | None:
+    """Why the directory ``path`` cannot be created (a file in the way, ``/dev/null/x``, a pseudo-filesystem
+    such as ``/proc``, no permission), or None when it exists or can be: the missing levels are made and removed
+    again, so nothing is left behind."""
+    p = Path(path).expanduser().absolute()
+    made = []
+    try:
+        missing = []
+        q = p
+        while not q.exists() and q != q.parent:
+            missing.append(q)
+            q = q.parent
+        if not q.is_dir():
+            return f"{q} is not a directory"
+        for d in reversed(missing):
+            d.mkdir()
+            made.append(d)
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+    finally:
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
 
 
 def _read_only(p: Path) -> bool:

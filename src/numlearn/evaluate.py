@@ -38,7 +38,7 @@ def _main(cfg: DictConfig) -> None:
             sys.exit(f"numlearn.evaluate: error: {line}")
         if not isinstance(e, (DataError, FileNotFoundError, ImportError, ValueError, RuntimeError, SandboxUnavailable)):
             raise
-        fail("numlearn.evaluate", e, cfg.get("run_dir"), cfg.paths.output_dir)
+        fail("numlearn.evaluate", e, cfg.get("eval_dir"), cfg.paths.output_dir)
 
 
 def evaluate(cfg: DictConfig) -> list[Path]:

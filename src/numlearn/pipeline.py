@@ -47,10 +47,12 @@ from numlearn.planning import (
     Row,
     _fmt,
     configured_run_roots,
+    nonneg_int,
     parse_seeds,
     pending_seeds,
     plan,
     plan_rows,
+    positive_int,
     seeds_arg,
     selected_arg,
     selected_rows,
@@ -241,13 +243,13 @@ def _running(p):
                    help="the GPU check's summary (experiments/gpu_check.sh) whose measured training rate --plan's "
                         "GPU-hours use; without one, 35%% MFU of an H100 is assumed (and said)")
     p.add_argument("--partition", default=None, help="SLURM partition of every job")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="training GPUs (default: the preset's world size)")
-    p.add_argument("--tasks-per-node", type=int, default=None,
+    p.add_argument("--gpus-per-node", type=positive_int, default=None, help="training GPUs (default: the preset's world size)")
+    p.add_argument("--tasks-per-node", type=positive_int, default=None,
                    help="training processes, one rank each (default: one per GPU; 1 on CPU)")
-    p.add_argument("--cpus-per-task", type=int, default=None)
-    p.add_argument("--mem-gb", type=int, default=None)
-    p.add_argument("--timeout-min", type=int, default=None, help="training jobs' time limit")
-    p.add_argument("--jobs", type=int, default=4, help="rows at once (each trains on the preset's threads)")
+    p.add_argument("--cpus-per-task", type=positive_int, default=None)
+    p.add_argument("--mem-gb", type=positive_int, default=None)
+    p.add_argument("--timeout-min", type=positive_int, default=None, help="training jobs' time limit")
+    p.add_argument("--jobs", type=positive_int, default=4, help="rows at once (each trains on the preset's threads)")
     p.add_argument("--reuse", action="store_true", help="run only the seeds the store lacks a usable result for")
     p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
     p.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="redraw the job lines in place")
@@ -282,7 +284,7 @@ def _table1_parsers(sub) -> None:
     p = sub.add_parser("tables", help="Table 1's tables from the store only (no training)")
     _common(p, "1")
     _study_metrics(p)
-    p.add_argument("--from-seed", type=int, default=None,
+    p.add_argument("--from-seed", type=nonneg_int, default=None,
                    help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
     p.add_argument("--rows", default=None)
     p.add_argument("--selected", type=selected_arg, default=SELECTED)
@@ -341,7 +343,7 @@ def _tool_parsers(sub) -> None:
                    help="a hub id's local copy (downloaded weights, or a stand-in)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="an evaluate override for every job (eval.tensor_parallel_size=1 on one GPU)")
-    p.add_argument("--jobs", type=int, default=1, help="evaluations at once (each wants the GPUs it names)")
+    p.add_argument("--jobs", type=positive_int, default=1, help="evaluations at once (each wants the GPUs it names)")
     p.add_argument("--executor", choices=("local", "submitit_local", "slurm"), default="local",
                    help="where the evaluations run (slurm: a job each, its publish afterok)")
     p.add_argument("--plan", action="store_true", help="print the job graph and resources; submit nothing")
@@ -355,7 +357,7 @@ def _tool_parsers(sub) -> None:
     p.add_argument("--command", default=None)
     p = sub.add_parser("smoke", help="the whole pipeline shrunken (MLE and DEL, 1 seed, 40 steps, 10 problems) in "
                                      "a temporary directory (make smoke, ~2 min); prints what to expect")
-    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--jobs", type=positive_int, default=2)
     p.add_argument("--dir", type=Path, default=None, help="where (default: a new temporary directory)")
     p = sub.add_parser("notebook", help="execute notebooks/analysis.ipynb from the committed store, outputs kept")
     p = sub.add_parser("runs", help="the run directories the configs name (Hydra overrides)")
@@ -384,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging()
     a.invocation = "python -m numlearn.pipeline " + shlex.join(argv)
+    from numlearn.cli import override_range_problem
+
+    for o in (*getattr(a, "override", ()), *getattr(a, "base_override", ())):
+        if (problem := override_range_problem(o)) is not None:  # before any job: each would refuse it anyway
+            _say(f"numlearn.pipeline: error: --override {problem}: fix the value (its schema: numlearn.schema)")
+            return 2
     try:
         return _dispatch(a)
     except (PipelineError, ValueError, OSError) as e:  # the store's StoreError is a ValueError

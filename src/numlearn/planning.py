@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numlearn.jobs import Job, PipelineError
-from numlearn.rundirs import recipe_differences, seed_list, training_recipe
+from numlearn.rundirs import (
+    data_file_hashes,
+    input_differences,
+    recipe_differences,
+    seed_list,
+    training_recipe,
+)
 
 
 # -- what to run ----------------------------------------------------------------------------------
@@ -33,9 +39,9 @@ class Row:
         if not re.fullmatch(r"[a-z0-9_]+", loss):
             raise PipelineError(f"row {spec!r}: write loss[:alpha][+key=value...], e.g. del:1.28+loss.form=paper")
         try:
-            a = float(alpha) if alpha else None
-        except ValueError:
-            raise PipelineError(f"row {spec!r}: alpha {alpha!r} is not a number") from None
+            a = weight(alpha) if alpha else None
+        except ValueError as e:
+            raise PipelineError(f"row {spec!r}: {e}") from None
         for e in extra:
             if "=" not in e:
                 raise PipelineError(f"row {spec!r}: {e!r} is not a key=value override")
@@ -49,6 +55,47 @@ class Row:
     def overrides(self) -> list[str]:
         return [f"loss={self.loss}", *([f"loss.alpha={_fmt(self.alpha)}"] if self.alpha is not None else []),
                 *self.extra]
+
+
+def weight(text: str) -> float:
+    """A loss weight as a row or grid spells it: a finite number >= 0 (``loss.alpha``'s range in the schema);
+    ``ValueError`` naming the text otherwise (``nan``, ``inf``, ``-1``, ``abc``)."""
+    from numlearn.schema import LossConfig
+
+    rng = LossConfig.__dataclass_fields__["alpha"].metadata["range"]
+    try:
+        a = float(text)
+    except ValueError:
+        raise ValueError(f"alpha {text!r} is not a number") from None
+    if (why := rng.problem(a)) is not None:
+        raise ValueError(f"alpha {text!r} must be {why}")
+    return a
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (``--jobs``)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= 1")
+    return n
+
+
+def nonneg_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (a seed)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= 0")
+    return n
 
 
 def _fmt(x: float) -> str:
@@ -105,9 +152,9 @@ def parse_grid(items: list[str], base: dict[str, tuple[float, ...]]) -> dict[str
     for it in items:
         loss, _, vals = it.partition("=")
         try:
-            grid[loss] = tuple(float(v) for v in vals.split(",") if v)
-        except ValueError:
-            raise PipelineError(f"--grid {it!r}: write loss=a,b,c with numbers") from None
+            grid[loss] = tuple(weight(v) for v in vals.split(",") if v)
+        except ValueError as e:
+            raise PipelineError(f"--grid {it!r}: {e}; write loss=a,b,c") from None
         if not grid[loss]:
             raise PipelineError(f"--grid {it!r} names no weight")
     return grid
@@ -143,9 +190,10 @@ def configured_run_roots(overrides: list[str]) -> list[Path]:
     return out
 
 
-def stored_result_problem(d: Path, protocol: str, limit, recipe: dict) -> str | None:
+def stored_result_problem(d: Path, protocol: str, limit, recipe: dict, data_files: dict | None = None) -> str | None:
     """Why the store's result in ``d`` (``.../eval/<benchmark>/<mode>``) cannot stand for this run;
-    None when it can."""
+    None when it can. ``data_files``: the run's local data files' hashes now (``rundirs.data_file_hashes``),
+    compared with those its training recorded."""
     from numlearn.records import RESULT
     from numlearn.reporting.store import read_result
 
@@ -166,6 +214,9 @@ def stored_result_problem(d: Path, protocol: str, limit, recipe: dict) -> str | 
         if diff:
             why.append("trained with another recipe (" + "; ".join(diff[:4]) + (" ..." if len(diff) > 4 else "") + ")")
             continue
+        if diff := input_differences((r.run or {}).get("inputs"), {"data_files": data_files or {}}):
+            why.append("trained on other data (" + "; ".join(diff[:3]) + ")")
+            continue
         return None
     return ", ".join(why)
 
@@ -179,6 +230,7 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
 
     from numlearn.cli import conf_dir
     from numlearn.evaluation.spec import BenchmarkSpec
+    from numlearn.schema import check_ranges
 
     seeds, rest = [0], []
     for o in overrides:
@@ -191,6 +243,7 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
     with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
         for seed in seeds:
             cfg = compose("evaluate", overrides=[*rest, f"seed={seed}"])
+            check_ranges(cfg)  # a NaN weight or a negative step count in an --override: refused before any job
             outputs = Path(str(cfg.paths.output_dir)).resolve()
             try:
                 rel = Path(str(cfg.eval_dir)).resolve().relative_to(outputs)
@@ -201,7 +254,8 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
             limit = OmegaConf.to_container(ecfg).get("limit")
             protocol = str(ecfg.protocol)
             recipe = training_recipe(cfg)
-            problems = {f"{name}/{mode}": stored_result_problem(store / rel / name / mode, protocol, limit, recipe)
+            files = data_file_hashes(cfg.data, Path(str(cfg.paths.data_dir)).expanduser())
+            problems = {f"{name}/{mode}": stored_result_problem(store / rel / name / mode, protocol, limit, recipe, files)
                         for name, bcfg in ecfg.benchmarks.items()
                         for mode in BenchmarkSpec.from_config(bcfg).modes(ecfg.modes)}
             bad = {k: v for k, v in problems.items() if v is not None}

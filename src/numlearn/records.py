@@ -27,7 +27,7 @@ FINAL = "final"
 RESULT = "result.json"
 GENERATIONS = "generations.jsonl"
 DEFAULT_PROTOCOL = "strict"  # what a schema-1 result without a "protocol" key was scored under
-RUN_STATUSES = ("running", "complete", "dry_run")
+RUN_STATUSES = ("running", "complete", "dry_run", "failed")  # failed: stopped by a check (run.json says why)
 
 
 class BadRecord(ValueError):
@@ -161,6 +161,8 @@ class RunRecord:
             out["loss_tag"] = self.loss_tag
         if d.get("base"):  # a fine-tune of a stored base run (model.source=run): which base, which weights
             out["base"] = d["base"]
+        if d.get("inputs"):  # the content hashes of what it trained on (numlearn.rundirs.data_inputs)
+            out["inputs"] = d["inputs"]
         out["train_git"] = self.git
         env = d.get("environment") or {}
         # where it was trained: the CPU's kernels decide the last bits of every weight (store.compare)
@@ -250,7 +252,7 @@ class ResultRecord:
     @property
     def row(self) -> str:
         """The table row this result stands in: the run's row name (``del_paper``), else its loss."""
-        return self.run.get("loss_tag") or self.run.get("loss") or "?"
+        return self.run.get("loss_tag") or self.run.get("loss") or "unknown"
 
     @property
     def heldout(self) -> dict:

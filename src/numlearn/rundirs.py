@@ -62,6 +62,71 @@ def recipe_differences(stored: dict, current: dict, prefix: str = "") -> list[st
 
 
 
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_file_hashes(data_cfg, data_root: str | Path) -> dict[str, str]:
+    """``{file as the config names it: sha256}`` for a local data source's files (``data.files``); empty for
+    the other sources and for a file that is not there (loading it reports that)."""
+    if str(data_cfg.get("source")) != "local":
+        return {}
+    out = {}
+    for f in data_cfg.get("files") or []:
+        p = Path(str(f)) if Path(str(f)).is_absolute() else Path(data_root) / str(f)
+        if p.is_file():
+            out[str(f)] = file_sha256(p)
+    return out
+
+
+def records_sha256(records: list[dict]) -> str:
+    """One sha256 over the training records as converted (instruction / output), in order: what a run trained
+    on, whatever its source (a local file, a hub dataset, the synthetic generator)."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(json.dumps(r, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
+    return h.hexdigest()
+
+
+def input_differences(stored: dict | None, current: dict) -> list[str]:
+    """``what: sha256 a -> b`` for each input of ``current`` (``run.json``'s ``inputs``: ``data_files``,
+    ``records_sha256``) whose hash differs from what ``stored`` recorded; an input ``stored`` did not record
+    (a run from before inputs were hashed) is not compared."""
+    stored = stored or {}
+    out = []
+    for f, sha in (current.get("data_files") or {}).items():
+        old = (stored.get("data_files") or {}).get(f)
+        if old is not None and old != sha:
+            out.append(f"data file {f}: sha256 {old[:12]} -> {sha[:12]}")
+    old, new = stored.get("records_sha256"), current.get("records_sha256")
+    if old is not None and new is not None and old != new:
+        out.append(f"training records: sha256 {old[:12]} -> {new[:12]}")
+    return out
+
+
+def check_model_dir(model_dir: str | Path) -> None:
+    """A local model directory's ``config.json`` is there and a JSON object: a ``ValueError`` naming the file
+    and the fix otherwise (transformers' own report is a trace). A hub id (not a directory) is not checked."""
+    d = Path(str(model_dir))
+    if not d.is_dir():
+        return
+    cfg = d / "config.json"
+    if not cfg.is_file():
+        raise ValueError(f"model directory {d} has no config.json: point model_path (or model.name_or_path) at a "
+                         "saved Hugging Face model (save_pretrained), or a training run's final/")
+    try:
+        ok = isinstance(json.loads(cfg.read_text(encoding="utf-8")), dict)
+    except (ValueError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{cfg} is not a valid JSON object: the model directory is damaged or not a Hugging Face "
+                         "model; copy or save the model again")
+
+
 def damaged_weights(model_dir: str | Path) -> list[str]:
     """The ``*.safetensors`` files of ``model_dir`` that are not whole (cut short by a full disk or a
     kill mid-copy): a header that does not parse, or a size other than 8 + header + the last tensor's
@@ -107,6 +172,8 @@ def seed_list(override: str) -> list[int]:
         raise ValueError(f"{override!r}: seeds are integers, e.g. seed=0,1,2") from None
     if not seeds:
         raise ValueError(f"{override!r} names no seed: give at least one, e.g. seed=0,1,2")
+    if neg := [s for s in seeds if s < 0]:
+        raise ValueError(f"{override!r}: seed {neg[0]} is negative; seeds are integers >= 0, e.g. seed=0,1,2")
     return seeds
 
 

@@ -20,6 +20,7 @@ conftest; code that composes ``conf/`` itself calls it first.
 """
 
 # ruff: noqa: UP006, UP035, UP045 - OmegaConf 2.3 reads typing's Optional/List/Dict, not X | None
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -28,6 +29,59 @@ from omegaconf import MISSING
 # the official stop strings (the DEL authors' run_open.py / run_choice.py) plus the chat templates'
 OFFICIAL_STOP = ["USER:", "ASSISTANT:", "### Instruction:", "Response:", "\n\nProblem", "\nProblem", "Problem:",
                  "<|eot_id|>", "####"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """What a type cannot say about a number: finite, an integer, its bounds (``lo``/``hi``, inclusive unless
+    ``*_open``) and the non-numbers also allowed (``also``: null, "auto"). A schema field carries one as its
+    metadata (``ranged``); ``check_ranges`` refuses a composed config whose value lies outside it, so every
+    entry point (train, evaluate, the pipeline's jobs, a library caller of ``TrainRecipe``) refuses it alike."""
+
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    integer: bool = False
+    lo_open: bool = False
+    hi_open: bool = False
+    also: tuple = ()
+    note: str = ""
+
+    def problem(self, v, nullable: bool = False) -> Optional[str]:
+        """None when ``v`` lies in the range (or is null where the field is ``nullable``), else what it must be."""
+        import math
+
+        if (v is None and nullable) or (v is not None and v in self.also
+                                         and not (isinstance(v, float) and math.isnan(v))):
+            return None
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (not self.integer or isinstance(v, int))
+        ok = ok and (self.lo is None or (v > self.lo if self.lo_open else v >= self.lo))
+        ok = ok and (self.hi is None or (v < self.hi if self.hi_open else v <= self.hi))
+        return None if ok else self.describe(nullable)
+
+    def describe(self, nullable: bool = False) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        bounds = [f"{'>' if self.lo_open else '>='} {self.lo:g}" if self.lo is not None else "",
+                  f"{'<' if self.hi_open else '<='} {self.hi:g}" if self.hi is not None else ""]
+        text = f"{kind} {' and '.join(b for b in bounds if b)}".strip()
+        others = (["null"] if nullable else []) + [repr(a) for a in self.also if a is not None]
+        return text + (f" (or {', '.join(others)})" if others else "") + (f"; {self.note}" if self.note else "")
+
+
+MAX_POT_TIMEOUT_S = 600.0  # a program's wall-clock bound: each holds a sandbox and a worker while it runs
+POS_INT = Range(lo=1, integer=True)
+NONNEG_INT = Range(lo=0, integer=True)
+POSITIVE = Range(lo=0, lo_open=True)
+NONNEG = Range(lo=0)
+FINITE = Range()
+UNIT = Range(lo=0, hi=1)
+
+
+def ranged(default, rng: Range, **kw):
+    """A schema field whose value must lie in ``rng`` (``check_ranges``); ``default`` as ``field``'s."""
+    if callable(default) and not isinstance(default, (int, float, str)):
+        return field(default_factory=default, metadata={"range": rng}, **kw)
+    return field(default=default, metadata={"range": rng}, **kw)
 
 
 def _fsdp_config() -> dict:
@@ -42,24 +96,24 @@ def _fsdp_config() -> dict:
 class TrainConfig:
     """``train``: the optimiser, schedule, batch layout and the loss's execution."""
 
-    per_device_train_batch_size: int = 32
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 3.0e-3
+    per_device_train_batch_size: int = ranged(32, POS_INT)
+    gradient_accumulation_steps: int = ranged(1, POS_INT)
+    learning_rate: float = ranged(3.0e-3, NONNEG)  # 0: no update (a diverging rate stops at its first step)
     lr_scheduler_type: str = "cosine"
-    warmup_ratio: float = 0.03
-    weight_decay: float = 0.0
-    adam_beta2: float = 0.99
-    max_grad_norm: float = 1.0
-    num_train_epochs: float = 1
-    max_steps: Optional[int] = 1500  # null: num_train_epochs epochs
-    max_length: int = 256
+    warmup_ratio: float = ranged(0.03, UNIT)
+    weight_decay: float = ranged(0.0, NONNEG)
+    adam_beta2: float = ranged(0.99, Range(lo=0, hi=1, hi_open=True))
+    max_grad_norm: float = ranged(1.0, NONNEG)
+    num_train_epochs: float = ranged(1, POSITIVE)
+    max_steps: Optional[int] = ranged(1500, Range(lo=1, integer=True, note="null trains train.num_train_epochs epochs"))  # null: num_train_epochs epochs
+    max_length: int = ranged(256, POS_INT)
     bf16: bool = False
-    logging_steps: int = 50
-    save_steps: int = 250
-    save_total_limit: int = 1
+    logging_steps: int = ranged(50, POS_INT)
+    save_steps: int = ranged(250, POS_INT)
+    save_total_limit: int = ranged(1, POS_INT)
     # torch's intra-op threads (null: torch's default); the tiny preset's numbers are independent of the
     # core count at 1, and make reproduce-table1 runs JOBS rows at once
-    torch_threads: Optional[int] = 1
+    torch_threads: Optional[int] = ranged(1, POS_INT)
     disable_tqdm: bool = True
     attention_mask: bool = False
     # false, true (rows of 2x the longest example) or the row capacity as a multiple of it (an int >= 1):
@@ -69,18 +123,18 @@ class TrainConfig:
     # true | false | auto (on for the losses with a linear form): the loss from hidden states and the head
     # weight, the [B, T, V] logits never formed (mle, ntl, dist2, del)
     fused_linear_loss: Any = False
-    loss_chunk_size: Any = 1024  # target positions per chunk of the fused linear loss, or auto (from H and V)
+    loss_chunk_size: Any = ranged(1024, Range(lo=1, integer=True, also=("auto",)))  # target positions per chunk of the fused linear loss, or auto (from H and V)
     fsdp: bool = False  # true under `accelerate launch` (the paper preset; make test-distributed on 2 CPUs)
     fsdp_config: Dict[str, Any] = field(default_factory=_fsdp_config)
     gradient_checkpointing: bool = False
     # null: every weight trains; N: only the top N decoder layers and the final norm do (the embeddings, a
     # tied head and the layers below are frozen: a real model fine-tuned on 2 CPU cores, issue 27)
-    trainable_layers: Optional[int] = None
+    trainable_layers: Optional[int] = ranged(None, POS_INT)
     count_input_tokens: bool = False
-    dataloader_num_workers: int = 0
+    dataloader_num_workers: int = ranged(0, NONNEG_INT)
     # seconds a rank waits in a collective before it fails (torch's default 1800): a peer that died, a
     # preempted node, surfaces as an error in this long instead of a job that hangs to its time limit
-    ddp_timeout_s: int = 1800
+    ddp_timeout_s: int = ranged(1800, POS_INT)
 
 
 @dataclass
@@ -94,19 +148,19 @@ class DataConfig:
     template: str = "alpaca"  # alpaca | official (the authors' set)
     template_draw: Optional[str] = None  # official only: run (null: one draw for all ranks) | rank
     boundary: str = "split"  # split | joint (as the authors' trainers tokenise)
-    limit: Optional[int] = None  # the first N training records (null: all)
+    limit: Optional[int] = ranged(None, POS_INT)  # the first N training records (null: all)
     # source=synthetic
-    n_train: Optional[int] = None
-    seed: Optional[int] = None
-    pot: Any = None  # true | false | the share of problems also given as PoT (a float)
+    n_train: Optional[int] = ranged(None, POS_INT)
+    seed: Optional[int] = ranged(None, NONNEG_INT)
+    pot: Any = ranged(None, Range(lo=0, hi=1, also=(True, False)))  # true | false | the share of problems also given as PoT (a float)
     difficulty: Optional[str] = None  # a task variant (numlearn.data.synthetic.DIFFICULTIES); null: the base task
-    replay: Optional[int] = None  # with a difficulty: that many base-task problems mixed in (null: none)
+    replay: Optional[int] = ranged(None, NONNEG_INT)  # with a difficulty: that many base-task problems mixed in (null: none)
     # a text field longer than this refuses its record with file:line (null: 200,000 characters): one 30 MB
     # line drove tokenisation to 15 GB; records are bounded before they are tokenised
-    max_field_chars: Optional[int] = None
+    max_field_chars: Optional[int] = ranged(None, POS_INT)
     # source=local
     files: Optional[List[str]] = None
-    limit_per_file: Optional[int] = None
+    limit_per_file: Optional[int] = ranged(None, POS_INT)
     fetch: Optional[List[Dict[str, Any]]] = None  # pinned sources of the files (make data)
     # source=hf
     hf_name: Optional[str] = None
@@ -120,9 +174,9 @@ class TeacherForcedConfig:
 
     source: str = "synthetic"  # synthetic (the data seed's test split) | file
     file: Optional[str] = None  # source=file: JSONL/JSON of instruction/output, GSM8K or MATH records
-    n: int = 200
-    max_length: int = "${train.max_length}"  # type: ignore[assignment]  # an interpolation, typed int once resolved
-    batch_size: int = 32
+    n: int = ranged(200, POS_INT)
+    max_length: int = ranged("${train.max_length}", POS_INT)  # type: ignore[assignment]  # an interpolation, typed int once resolved
+    batch_size: int = ranged(32, POS_INT)
     dtype: str = "float32"  # bfloat16: the forward under bf16 autocast (2x on a CPU with AMX; recorded)
 
 
@@ -142,7 +196,7 @@ class ModelConfig:
     vocab_setup: Optional[str] = None  # null: the checkpoint's rows | official: the authors' added tokens and resize
     # source=scratch
     config: Optional[Dict[str, Any]] = None  # the transformers config (model_type and sizes)
-    vocab_size: Optional[int] = None
+    vocab_size: Optional[int] = ranged(None, POS_INT)
     template_tokens: Optional[bool] = None
     # source=gguf_package: a GGUF file inside a PyPI package, sha256-checked
     package: Optional[str] = None
@@ -161,7 +215,7 @@ class LossConfig:
     ``tag`` names a config that varies a loss's options (``del_paper``): its own run dirs."""
 
     name: str = MISSING
-    alpha: float = MISSING  # the weight on the step scale (0 for a loss without a numeric term)
+    alpha: float = ranged(MISSING, Range(lo=0, note="the weight of the numeric term (0: none)"))  # the weight on the step scale (0 for a loss without a numeric term)
     tag: Optional[str] = None
     # the options of the registered losses (numlearn.losses.LOSSES); null: the loss's default
     form: Optional[str] = None
@@ -169,11 +223,11 @@ class LossConfig:
     float_spans: Optional[bool] = None
     aux_normalization: Optional[str] = None
     ce_normalization: Optional[str] = None
-    tau: Optional[float] = None
-    beta: Optional[float] = None
+    tau: Optional[float] = ranged(None, POSITIVE)
+    beta: Optional[float] = ranged(None, FINITE)
     variant: Optional[str] = None
     level: Optional[str] = None
-    eta: Optional[float] = None
+    eta: Optional[float] = ranged(None, FINITE)
 
 
 @dataclass
@@ -209,8 +263,8 @@ class GeneratorConfig:
     """A benchmark's ``generator``: a split of the synthetic task, generated instead of read."""
 
     split: str = MISSING  # train | val | test | test_ood
-    n: int = MISSING
-    seed: Optional[int] = 0  # usually ${oc.select:data.seed,0}: the run's data seed (null: 0, a non-synthetic run)
+    n: int = ranged(MISSING, POS_INT)
+    seed: Optional[int] = ranged(0, NONNEG_INT)  # usually ${oc.select:data.seed,0}: the run's data seed (null: 0, a non-synthetic run)
     difficulty: Optional[str] = None
 
 
@@ -225,11 +279,11 @@ class BenchmarkConfig:
     answer: str = MISSING  # number | math | choice
     choice_letters: str = ""  # answer=choice: the letters, e.g. ABCDE
     triggers: List[str] = field(default_factory=list)  # beyond "The answer is(:)" / "the answer is"
-    max_new_tokens: int = 1500
+    max_new_tokens: int = ranged(1500, POS_INT)
     # where the data is: a file under the data root (checked by sha256, counted), or a generator
     file: Optional[str] = None
     sha256: Optional[str] = None
-    records: Optional[int] = None
+    records: Optional[int] = ranged(None, POS_INT)
     version: Optional[str] = None
     url: Optional[str] = None  # where `make data` downloads the file (null: a local benchmark, put it there yourself)
     generator: Optional[GeneratorConfig] = None
@@ -261,27 +315,27 @@ class EvalConfig:
     protocol: str = "strict"  # the scorer: strict | official | math-verify (numlearn.evaluation.scorers)
     modes: List[str] = field(default_factory=lambda: ["cot", "pot"])
     benchmarks: Dict[str, BenchmarkConfig] = field(default_factory=dict)  # each typed: a misspelt key is refused
-    limit: Optional[int] = None  # the first N problems of each benchmark (null: all)
-    batch_size: int = 64
+    limit: Optional[int] = ranged(None, POS_INT)  # the first N problems of each benchmark (null: all)
+    batch_size: int = ranged(64, POS_INT)
     dtype: str = "float32"
-    max_model_len: int = 4096
-    tensor_parallel_size: int = 1
+    max_model_len: int = ranged(4096, POS_INT)
+    tensor_parallel_size: int = ranged(1, POS_INT)
     enforce_eager: bool = False
-    temperature: float = 0.0
-    top_p: float = 1.0
+    temperature: float = ranged(0.0, NONNEG)
+    top_p: float = ranged(1.0, Range(lo=0, hi=1, lo_open=True))
     stop: List[str] = field(default_factory=lambda: list(OFFICIAL_STOP))
-    max_new_tokens_cap: Optional[int] = None  # cap every benchmark's max_new_tokens (CPU smoke runs)
-    pot_timeout_s: float = 5.0  # the official executor's limit
+    max_new_tokens_cap: Optional[int] = ranged(None, POS_INT)  # cap every benchmark's max_new_tokens (CPU smoke runs)
+    pot_timeout_s: float = ranged(5.0, Range(lo=0, hi=MAX_POT_TIMEOUT_S, lo_open=True, note="seconds per program (the official executor's: 5)"))  # the official executor's limit
     force_choice_letter: bool = False  # strict scorer only: no letter -> "A" (the official scorer always does)
     symbolic_math: bool = False  # also report math-verify's verdict on MATH (accuracy_symbolic)
     # Generated programs run inside an OS sandbox (bubblewrap; make sandbox); without one the evaluation
     # refuses to start, and true runs them with process-level limits only (recorded in result.json)
     allow_unsafe_exec: bool = False
     # programs at once, each in its own sandbox (null: one per CPU core)
-    program_workers: Optional[int] = None
+    program_workers: Optional[int] = ranged(None, POS_INT)
     # torch's intra-op threads for generation (null: torch's default). Several evaluations at once must
     # each take 1: two threads per process on two cores ran 5-10x slower
-    torch_threads: Optional[int] = None
+    torch_threads: Optional[int] = ranged(None, POS_INT)
     teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
 
 
@@ -334,6 +388,113 @@ SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, (
            ("logger", "_schema"): LoggerConfig, ("paths", "_schema"): PathsConfig}
 
 
+# the top-level keys every config has (conf/config.yaml), with their ranges
+ROOT_RANGES = {"seed": Range(lo=0, integer=True, note="the run's seed names its run dir (seed=<int>)")}
+# sizes and counts in a scratch model's transformers config (model.config): positive integers
+_MODEL_SIZE_KEY = re.compile(r"(_size|_dim|^num_|^n_|_layers|_heads|_positions|_len(gth)?)$|^num_|^n_")
+
+
+def _field_problems(node_cls, node, prefix: str) -> list[str]:
+    from dataclasses import fields
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    out = []
+    for f in fields(node_cls):
+        rng = f.metadata.get("range")
+        if rng is None or f.name not in node:
+            continue
+        try:
+            v = node[f.name]
+        except OmegaConfBaseException:  # an interpolation that does not resolve here: the reader reports it
+            continue
+        nullable = "Optional" in str(f.type) or f.type is Any
+        if (why := rng.problem(v, nullable)) is not None:
+            out.append(f"{prefix}{f.name}={v!r}: must be {why}")
+    return out
+
+
+def range_problems(cfg) -> list[str]:
+    """Every value of a composed config (``config`` or ``evaluate``) outside its schema's range (``Range``), as
+    ``key=value: must be ...``; empty when every value is in range. Reads what is there: a group the config
+    lacks is skipped."""
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    out = []
+    for key, rng in ROOT_RANGES.items():
+        if key in cfg and (why := rng.problem(cfg[key])) is not None:
+            out.append(f"{key}={cfg[key]!r}: must be {why}")
+    for (group, _), node_cls in SCHEMAS.items():
+        node = cfg.get(group) if isinstance(cfg, DictConfig) else None
+        if isinstance(node, DictConfig):
+            out += _field_problems(node_cls, node, f"{group}.")
+    ecfg = cfg.get("eval")
+    if isinstance(ecfg, DictConfig):
+        if isinstance(tf := ecfg.get("teacher_forced"), DictConfig):
+            out += _field_problems(TeacherForcedConfig, tf, "eval.teacher_forced.")
+        for name, b in (ecfg.get("benchmarks") or {}).items():
+            out += _field_problems(BenchmarkConfig, b, f"eval.benchmarks.{name}.")
+            if isinstance(g := b.get("generator"), DictConfig):
+                out += _field_problems(GeneratorConfig, g, f"eval.benchmarks.{name}.generator.")
+    mcfg = cfg.get("model")
+    if isinstance(mcfg, DictConfig) and isinstance(mc := mcfg.get("config"), DictConfig):
+        for k in mc:
+            try:
+                v = mc[k]
+            except OmegaConfBaseException:
+                continue
+            if _MODEL_SIZE_KEY.search(str(k)) and isinstance(v, (int, float)) and not isinstance(v, bool) \
+                    and (why := POS_INT.problem(v)) is not None:
+                out.append(f"model.config.{k}={v!r}: must be {why} (a size or count)")
+    return out
+
+
+def check_ranges(cfg) -> None:
+    """``ValueError`` naming the first value outside its range (``range_problems``) and the fix."""
+    if problems := range_problems(cfg):
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"{problems[0]}{more}: fix the value (its schema: numlearn.schema)")
+
+
+# a model directory named for its role, not its model: the label is its parent's name (data_cache/qwen-coder/hf)
+GENERIC_MODEL_DIRS = frozenset({"hf", "final", "model", "models", "weights", "snapshot", "checkpoint"})
+
+
+def model_label(model_path: str) -> str:
+    """A model's name for a table row and a directory: a hub id's last part (``Qwen/Qwen2.5-1.5B`` ->
+    ``Qwen2.5-1.5B``), a directory's name (its parent's where the name is a role, ``hf`` or ``final``; a
+    checkpoint with its run's seed: ``seed=0-checkpoint-30``), in ``[A-Za-z0-9._=+-]``."""
+    from pathlib import PurePath
+
+    p = PurePath(str(model_path).rstrip("/"))
+    name = p.name
+    if name.startswith("checkpoint-") and p.parent.name == "checkpoints":
+        name = f"{p.parent.parent.name}-{name}"
+    elif name.lower() in GENERIC_MODEL_DIRS and p.parent.name:
+        name = p.parent.name
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name) or "model"
+
+
+def default_eval_dir(model_path: str, run_dir: str, output_dir: str) -> str:
+    """``eval_dir``'s default (``conf/evaluate.yaml``): a training run's final model is evaluated into that run's
+    ``eval/``; any other model (a hub id, a directory, a checkpoint) into a directory of its own,
+    ``<output_dir>/eval/<model_label>/<12 hex of its path or id>``, never a training run's (issue 65). The
+    evaluator refuses to write over another model's results there (``evaluation.recipe``)."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    mp = str(model_path).rstrip("/")
+    if mp == f"{str(run_dir).rstrip('/')}/final":
+        return f"{run_dir}/eval"
+    p = Path(mp)
+    if p.name == "final" and (p.parent / "run.json").is_file():
+        return str(p.parent / "eval")
+    ident = os.path.abspath(mp) if p.exists() or mp.startswith((".", "/")) else mp
+    return f"{output_dir}/eval/{model_label(mp)}/{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+
 def register() -> None:
     """Put the schemas in Hydra's ConfigStore (idempotent): ``<group>/_schema`` for every group of
     ``SCHEMAS`` (each preset's defaults list starts from it)."""
@@ -342,6 +503,7 @@ def register() -> None:
 
     # ${numlearn.loss_dir:${loss.tag},${loss.name}}: the run dir's loss level (the tag where a config has one)
     OmegaConf.register_new_resolver("numlearn.loss_dir", lambda tag, name: tag or name, replace=True)
+    OmegaConf.register_new_resolver("numlearn.eval_dir", default_eval_dir, replace=True)
     cs = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         cs.store(group=group, name=name, node=node)

@@ -68,10 +68,15 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if not p.exists():
         raise DataError(f"data file not found: {p}. Set paths.data_dir (or NUMLEARN_DATA_DIR) to the data "
                         "root, see docs/data.md.")
+    if p.is_dir():
+        raise DataError(f"{p} is a directory, not a data file: name the JSONL / JSON file inside it "
+                        f"(e.g. {next((str(f) for f in sorted(p.glob('*.json*'))), p / 'train.jsonl')})")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"{p}: not UTF-8 text (byte {e.start}); expected JSON lines or a JSON array") from None
+    except OSError as e:
+        raise DataError(f"{p}: cannot be read ({e.strerror or e}); check the path and its permissions") from None
     if not text.strip():
         raise DataError(f"{p}: the file is empty; expected JSON lines or a JSON array of records")
     if p.suffix == ".json" and text.lstrip().startswith("["):
@@ -82,7 +87,9 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         lines = range(1, len(out) + 1)
     else:
         out, lines = [], []
-        for i, line in enumerate(text.splitlines(), 1):
+        # lines end at "\n" (and "\r\n") only: str.splitlines() also splits at U+2028 / U+0085 / \x1c.., which
+        # valid JSON may hold raw inside a string
+        for i, line in enumerate(text.split("\n"), 1):
             if line.strip():
                 try:
                     out.append(json.loads(line))

@@ -52,16 +52,15 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     Every input is checked before the model loads: protocol, limit, sandbox, model directory, benchmark data."""
     from numlearn.provenance import provenance
     from numlearn.records import RunRecord
+    from numlearn.schema import check_ranges
 
     from .benchmarks import check_limit, load_benchmark
     from .scorers import check_protocol
 
+    check_ranges(cfg)  # every value inside its schema's range (batch size, caps, workers, timeouts, the seed)
     ecfg = cfg.eval
     protocol = check_protocol(str(ecfg.protocol))
     check_limit(ecfg.get("limit"))
-    if not float(ecfg.pot_timeout_s) > 0:
-        raise ValueError(f"eval.pot_timeout_s={ecfg.pot_timeout_s} would time out every program; give a positive "
-                         "number of seconds (the official executor's is 5)")
     sandbox = _sandbox(bool(ecfg.allow_unsafe_exec))  # refused before any model or generation
     model_path = _model_path(str(cfg.model_path))
     data_root = Path(str(cfg.paths.data_dir)).expanduser()
@@ -75,9 +74,10 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
 
         tf_records = teacher_forced_records(tcfg, cfg.data, data_root, cache_dir)
     rec = RunRecord.of_model(model_path)
-    run_meta = rec.summary() if rec is not None else {
-        "experiment": cfg.experiment_name, "model": cfg.model.name, "loss": None, "alpha": None,
-        "seed": int(cfg.seed), "run_dir": None}
+    fingerprint = model_fingerprint(model_path)  # the model dir is walked once
+    run_meta = rec.summary() if rec is not None else adhoc_run_meta(cfg, model_path, fingerprint)
+    eval_dir = Path(str(cfg.eval_dir)).resolve()
+    check_not_another_models(eval_dir, fingerprint, own_run=rec is not None and eval_dir == Path(model_path).parent / "eval")
     if not Path(model_path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hub_cache(model_path):
         raise FileNotFoundError(f"model {model_path!r} is neither a directory nor a cached hub model, and the hub is "
                                 "offline (HF_HUB_OFFLINE=1): pass model_path=<model dir> or train the run first")
@@ -89,12 +89,55 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     prov = provenance()
     teacher_forced = _teacher_forced(tcfg, tf_records, backend, model_path) if tcfg else None
     # what the generations come from, fixed for this evaluation (the model dir is walked once)
-    model_key = {"model": model_fingerprint(model_path), "backend": backend.name,
-                 "dtype": backend.describe().get("dtype")}
-    ev = _Evaluation(cfg, Path(str(cfg.eval_dir)).resolve(), protocol, model_path, run_meta, sandbox, teacher_forced,
-                     model_key, prov)
+    model_key = {"model": fingerprint, "backend": backend.name, "dtype": backend.describe().get("dtype")}
+    ev = _Evaluation(cfg, eval_dir, protocol, model_path, run_meta, sandbox, teacher_forced, model_key, prov)
     return [path for name, (problems, info) in loaded.items()
             for path, _ in _evaluate_benchmark(ev, name, problems, info, backend)]
+
+
+def adhoc_run_meta(cfg: DictConfig, model_path: str, fingerprint: str) -> dict:
+    """What a result records of a model no numlearn run produced (a hub id, a directory, a checkpoint): its name,
+    path and fingerprint, and ``base`` for its loss -- nothing of the composed config's default training run
+    (whose model, loss and data are not this model's). Where the preset describes this very model
+    (``model.name_or_path`` is ``model_path``), the preset's model name labels it."""
+    from numlearn.schema import model_label
+
+    mc = cfg.model
+    same = mc.get("name_or_path") and _same_model(str(mc.name_or_path), model_path)
+    return {"experiment": cfg.experiment_name, "model": str(mc.name) if same else model_label(model_path),
+            "loss": "base", "alpha": None, "seed": None, "run_dir": None,
+            "model_path": model_path, "model_fingerprint": fingerprint,
+            "training": "unknown: not a numlearn run (no run.json beside the model)"}
+
+
+def _same_model(a: str, b: str) -> bool:
+    return a == b or (Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve())
+
+
+def stored_fingerprint(result: dict) -> str | None:
+    """The model fingerprint a result file's generations came from (its run key), or None where it has none."""
+    key = ((result.get("generation") or {}).get("chain") or {}).get("run_key")
+    try:
+        return json.loads(json.loads(key)["generation"])["model"] if key else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def check_not_another_models(eval_dir: Path, fingerprint: str, own_run: bool) -> None:
+    """Refuse, before any generation, an evaluation whose ``eval_dir`` holds results of another model (another
+    fingerprint): they would be regenerated over, and the first model's results lost. A training run's own
+    ``eval/`` is exempt: a retrained run's new model replaces its old results there."""
+    if own_run or not eval_dir.is_dir():
+        return
+    for f in sorted(eval_dir.glob("*/*/result.json")):
+        try:
+            other = stored_fingerprint(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+        if other is not None and other != fingerprint:
+            raise ValueError(f"{eval_dir} holds results of another model ({other}; e.g. {f.relative_to(eval_dir)}); "
+                             "this one would write over them: give it its own directory with eval_dir=<dir> (by "
+                             "default each model gets outputs/eval/<name>/<id>), or move the old results away")
 
 
 def _sandbox(allow_unsafe: bool) -> dict:
@@ -109,8 +152,9 @@ def _sandbox(allow_unsafe: bool) -> dict:
 
 def _model_path(model_path: str) -> str:
     """The model directory (resolved) or hub name; a missing local path or damaged weights refused by name."""
-    from numlearn.rundirs import damaged_weights
+    from numlearn.rundirs import check_model_dir, damaged_weights
 
+    check_model_dir(model_path)
     if Path(model_path).exists():
         model_path = str(Path(model_path).resolve())
     elif model_path.startswith(("/", ".")) or "/final" in model_path:

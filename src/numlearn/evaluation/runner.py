@@ -348,9 +348,13 @@ def _evaluate_locked(problems, backend, task: EvalTask, scorer) -> dict:
     if stale:
         stale_ids = {id(r) for r in stale}
         done = [r for r in done if id(r) not in stale_ids]
+    rescored = _rescore_resumed(done, {p.id: p for p in problems}, task, scorer)
+    if rescored:
+        log.warning("%d resumed line(s) of %s held another ground truth or verdict than the benchmark's current "
+                    "answers give; their verdicts are recomputed (the completions are kept)", rescored, out_path)
     ends_cleanly = not out_path.exists() or out_path.stat().st_size == 0 or _last_byte(out_path) == b"\n"
     head = walk.head
-    if bad or stale or not ends_cleanly:  # rewrite, so every line is whole and the next append starts a line
+    if bad or stale or rescored or not ends_cleanly:  # rewrite: every line whole, the next append starts a line
         tmp = out_path.with_name(out_path.name + ".tmp")
         head = chain_seed(key)
         with open(tmp, "w", encoding="utf-8") as f:
@@ -370,6 +374,28 @@ def _evaluate_locked(problems, backend, task: EvalTask, scorer) -> dict:
             "n_backup_generations": n_backups, "generation_seconds": round(time.time() - t0, 2),
             "chain": {"format": CHAIN_FORMAT, "run_key": key, "head": head, "lines": len(done) + len(todo)},
             **_throughput(before, getattr(backend, "stats", None))}
+
+
+VERDICT_KEYS = ("pred", "gt", "correct", "correct_symbolic")
+
+
+def _rescore_resumed(done: list[dict], problems: dict, task: EvalTask, scorer) -> int:
+    """A resumed line's verdict is recomputed, never trusted: its ground truth is set from the benchmark's
+    current answer (``gt_raw``) and its answer and verdict from its completions under ``scorer``. Returns how
+    many lines changed (in place; the caller rewrites the file and chains them anew)."""
+    n = 0
+    for r in done:
+        p = problems.get(r["id"])
+        if p is None:
+            continue
+        before = {k: r.get(k) for k in ("gt_raw", *VERDICT_KEYS)}
+        r["gt_raw"] = p.raw_answer
+        r.update(scorer.score_row(task.benchmark, r, task.force_choice_letter))
+        if task.symbolic_math and task.benchmark.answer == "math":
+            r["correct_symbolic"] = is_equivalent_symbolic(r["pred"], r["gt"]) if r["pred"] else False
+        if {k: r.get(k) for k in before} != before:
+            n += 1
+    return n
 
 
 def _check_chain(walk: ChainWalk, out_path: Path, done: list[dict], stale_ids: set[int]) -> None:

@@ -6,8 +6,10 @@
 Nothing is generated and no program is run: each line keeps its attempts' completions and program
 outputs, so one generation pass yields both tables. The benchmark and answer kind are read from
 the sibling result.json. ``--check`` exits 1 when the metrics recomputed under the result's own
-protocol differ from those stored, or when the file's hash chain does not verify up to the head
-result.json records (a line edited after it was written); ``--rerun-programs`` also re-executes every
+protocol differ from those stored, when the file's hash chain does not verify up to the head
+result.json records (a line edited after it was written), or when a line's ground truth is not the one the
+benchmark file it pinned (sha256) gives for that problem (read from the data root; a truth that cannot be
+read here is said so, not assumed); ``--rerun-programs`` also re-executes every
 recorded program in the sandbox and compares its output with the recorded one (a forger can recompute a
 keyless chain, not what the programs print); ``--write`` stores a rescored copy as ``result.<protocol>.json``
 beside it (the aggregator reads those with ``--protocol``).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -67,6 +70,40 @@ def check_chain(path: Path, stored: dict) -> tuple[bool, str]:
     return True, f"hash chain verified over {walk.lines} line(s) up to the recorded head {walk.head[:12]}"
 
 
+def check_truths(recs: list[dict], stored: dict, data_dir: str | Path, cache_dir: str | Path) -> tuple[bool | None, str]:
+    """(verified, one line): each line's ground truth (``gt_raw``) against the benchmark file the result pinned
+    (its sha256), read from the data root (a local file) or regenerated (a synthetic split). None: the benchmark
+    could not be read here (the line says why and what fixes it); False: a truth differs, or the file does."""
+    from omegaconf import OmegaConf
+
+    from numlearn.data.sources import DataError
+
+    from .benchmarks import _load_records, read_records, resolve_file, sha256_file
+
+    b = stored.get("benchmark") or {}
+    bcfg = (((stored.get("config") or {}).get("eval") or {}).get("benchmarks") or {}).get(b.get("name"))
+    if not bcfg:
+        return None, "ground truths not checked: the result holds no benchmark config (written before results kept it)"
+    try:
+        path, _ = resolve_file(OmegaConf.create(bcfg), data_dir, cache_dir)
+    except DataError as e:
+        return None, f"ground truths not checked: {e}"
+    if not path.is_file():
+        return None, (f"ground truths not checked: {path} is not here; get the benchmark with `make data` (or pass "
+                      "--data-dir)")
+    if b.get("sha256") and (digest := sha256_file(path)) != b["sha256"]:
+        return False, (f"the benchmark file {path} has sha256 {digest[:12]}, the result was scored against "
+                       f"{b['sha256'][:12]}: its ground truths are not the ones this file gives")
+    truths = {str(pid): str(a) for pid, _, a in _load_records(b["name"], b.get("loader") or bcfg.get("loader"),
+                                                               read_records(path))}
+    bad = [r["id"] for r in recs if truths.get(str(r["id"])) != str(r.get("gt_raw"))]
+    if bad:
+        return False, (f"{len(bad)} line(s) hold a ground truth the benchmark does not give, e.g. id {bad[0]}: "
+                       f"{recs[[r['id'] for r in recs].index(bad[0])].get('gt_raw')!r} (benchmark: "
+                       f"{truths.get(str(bad[0]))!r})")
+    return True, f"ground truths of {len(recs)} line(s) match the pinned benchmark file (sha256 {b.get('sha256', '')[:12]})"
+
+
 def rerun_programs(recs: list[dict], timeout_s: float, allow_unsafe: bool = False, workers: int = 0) -> list[str]:
     """Re-execute every attempt's program (as written and as the official executor wraps it) and return
     what differs from the recorded runs: ``"<id> attempt <k> <strict|official>: ..."`` (empty: all agree).
@@ -92,6 +129,29 @@ def rerun_programs(recs: list[dict], timeout_s: float, allow_unsafe: bool = Fals
     return diffs
 
 
+def main_check_one(p: Path, stored: ResultRecord, m: dict, recs: list[dict], truths: tuple, rerun: bool) -> bool:
+    """``--check`` of one file (each finding on stderr): the recomputed metrics against the stored ones, the hash
+    chain, the ground truths against the pinned benchmark (``truths``: ``check_truths``'s answer) and, with
+    ``rerun``, every recorded program run again."""
+    # metrics added since the file was written (e.g. the program-stop counts) are not compared
+    ok = set(stored.metrics) <= set(m) and _same({k: m[k] for k in stored.metrics}, stored.metrics)
+    print(f"{p}: metrics {'match' if ok else 'DIFFER FROM'} {RESULT}", file=sys.stderr)
+    chained, line = check_chain(p, stored.extra)
+    print(f"{p}: {line}", file=sys.stderr)
+    print(f"{p}: {truths[1]}", file=sys.stderr)
+    ok = ok and chained and truths[0] is not False
+    if rerun:
+        sandbox = stored.extra.get("sandbox") or {}
+        diffs = rerun_programs(recs, float(stored.extra.get("pot_timeout_s") or 5.0),
+                               bool(sandbox.get("allow_unsafe_exec", False)))
+        n_prog = sum(bool(x.get("program")) for r in recs for x in r.get("attempts", []))
+        print(f"{p}: {n_prog} recorded program run(s) re-executed: "
+              + ("all outputs agree" if not diffs else f"{len(diffs)} differ, e.g. " + "; ".join(diffs[:3])),
+              file=sys.stderr)
+        ok = ok and not diffs
+    return ok
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+")
@@ -101,6 +161,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rerun-programs", action="store_true",
                     help="with --check: re-execute every recorded program in the sandbox and compare its output")
     ap.add_argument("--write", action="store_true", help="write result.<protocol>.json beside each file")
+    ap.add_argument("--data-dir", type=Path, default=None,
+                    help="with --check: the data root the benchmark files are read from (default: NUMLEARN_DATA_DIR, "
+                         "else the evaluation's paths.data_dir); every ground truth is checked against the pinned file")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="with --check: where the synthetic benchmarks are generated (default: the evaluation's)")
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
@@ -124,11 +189,21 @@ def main(argv=None) -> int:
             print(e, file=sys.stderr)
             return 2
         recs = read_jsonl(p)[0]
+        if a.check:  # a verdict is recomputed from the benchmark's own answer, never from the line's stored truth
+            paths = (stored.to_dict().get("config") or {}).get("paths") or {}
+            truths_ok, truth_line = check_truths(
+                recs, stored.to_dict(), a.data_dir or os.environ.get("NUMLEARN_DATA_DIR") or paths.get("data_dir") or "data",
+                a.cache_dir or paths.get("cache_dir") or "data_cache")
         if "attempts" not in (recs or [{}])[0]:
             print(f"{p}: written before generations kept their attempts; re-run numlearn.evaluate to rescore",
                   file=sys.stderr)
             return 2
         protocol = a.protocol or stored.protocol
+        if a.check and truths_ok is False:
+            print(f"{p}: {truth_line}", file=sys.stderr)
+            print(f"{p}: DIFFERS FROM {RESULT}", file=sys.stderr)
+            status |= 1
+            continue
         fields, recs = rescore_records(recs, stored.to_dict(), protocol)
         m = fields["metrics"]
         print(json.dumps({"file": str(p), "protocol": protocol, "metrics": m}, indent=1))
@@ -136,21 +211,7 @@ def main(argv=None) -> int:
             if protocol != stored.protocol:
                 print(f"{p}: --check compares under the result's own protocol; drop --protocol", file=sys.stderr)
                 return 2
-            # metrics added since the file was written (e.g. the program-stop counts) are not compared
-            ok = set(stored.metrics) <= set(m) and _same({k: m[k] for k in stored.metrics}, stored.metrics)
-            print(f"{p}: metrics {'match' if ok else 'DIFFER FROM'} {RESULT}", file=sys.stderr)
-            chained, line = check_chain(p, stored.extra)
-            print(f"{p}: {line}", file=sys.stderr)
-            ok = ok and chained
-            if a.rerun_programs:
-                sandbox = stored.extra.get("sandbox") or {}
-                diffs = rerun_programs(recs, float(stored.extra.get("pot_timeout_s") or 5.0),
-                                       bool(sandbox.get("allow_unsafe_exec", False)))
-                n_prog = sum(bool(x.get("program")) for r in recs for x in r.get("attempts", []))
-                print(f"{p}: {n_prog} recorded program run(s) re-executed: "
-                      + ("all outputs agree" if not diffs else f"{len(diffs)} differ, e.g. " + "; ".join(diffs[:3])),
-                      file=sys.stderr)
-                ok = ok and not diffs
+            ok = main_check_one(p, stored, m, recs, (truths_ok, truth_line), a.rerun_programs)
             print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} {RESULT}", file=sys.stderr)
             status |= 0 if ok else 1
         if a.write:

@@ -44,6 +44,46 @@ def check_one_recipe(recipes: dict[str, dict]) -> None:
                              "re-run the stale runs (make ... REUSE=1 finds them) or archive them out of the store")
 
 
+def result_problem(r: ResultRecord, path: Path) -> str | None:
+    """Why result ``r`` (read from ``path``) cannot be tabled as it stands, else None. Its numbers are
+    recomputed, never trusted: accuracy must be a proportion, the mean of its per-problem verdicts over as
+    many problems as its ``n``; and a file under a run directory (``.../alpha=A/seed=S/eval/B/M/``) must be
+    that run's (a seed's files copied over another's would silently leave the table a seed short)."""
+    import math
+
+    m = r.metrics
+    acc, n = m.get("accuracy"), m.get("n")
+    if isinstance(acc, bool) or not isinstance(acc, (int, float)) or not math.isfinite(acc) or not 0 <= acc <= 1:
+        return f"accuracy {acc!r} is not a proportion in [0, 1]"
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return f"n {n!r} is not a positive number of problems"
+    verdicts = r.correct_by_id or {}
+    if verdicts:
+        if len(verdicts) != n:
+            return f"n {n} but {len(verdicts)} per-problem verdicts"
+        if abs(sum(bool(v) for v in verdicts.values()) / n - float(acc)) > 1e-9:
+            return (f"accuracy {acc!r} is not the mean of its {n} per-problem verdicts "
+                    f"({sum(bool(v) for v in verdicts.values())}/{n})")
+    alpha = (r.run or {}).get("alpha")
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha)):
+        return f"its run's alpha {alpha!r} is not a finite weight (its row would drop out of a table's groups)"
+    parts = Path(path).parts  # <eval_dir>/<benchmark>/<mode>/result[.<protocol>].json
+    if len(parts) >= 3 and tuple(parts[-3:-1]) != (r.benchmark_name, r.mode):
+        return f"it sits under {parts[-3]}/{parts[-2]} but records {r.benchmark_name}/{r.mode} (a copied file?)"
+    where = dict(x.split("=", 1) for x in parts[:-3] if x.startswith(("alpha=", "seed=")))
+    run = r.run or {}
+    if "seed" in where and run.get("seed") is not None and where["seed"] != str(run.get("seed")):
+        return f"it sits under seed={where['seed']} but records seed {run.get('seed')} (a copied file?)"
+    if "alpha" in where and run.get("alpha") is not None:
+        try:
+            same = float(where["alpha"]) == float(run["alpha"])
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            return f"it sits under alpha={where['alpha']} but records alpha {run.get('alpha')} (a copied file?)"
+    return None
+
+
 RESULT_KEY = ["experiment", "model", "loss", "alpha", "seed", "benchmark", "mode"]
 
 
@@ -100,10 +140,16 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
         if r is None:
             missing.append(str(f0))
             continue
+        if (why := result_problem(r, f0)) is not None:
+            raise BadResultFile(f"{f0}: {why}; re-run its evaluation (python -m numlearn.evaluate ..., it resumes) "
+                                "or move the file out of the tree, then rebuild the table")
         m, run = r.metrics, r.run
+        # a model no numlearn run produced (evaluated by path): one model, one row of its own, "seed" 0
+        adhoc = run.get("run_dir") is None and run.get("seed") is None
         rows.append({
             "file": str(r.path), "experiment": run.get("experiment"), "model": run.get("model"),
-            "loss": r.row, "alpha": run.get("alpha"), "seed": run.get("seed"), "protocol": r.protocol,
+            "loss": r.row, "alpha": run.get("alpha"), "seed": 0 if adhoc else run.get("seed"), "adhoc": adhoc,
+            "protocol": r.protocol,
             "benchmark": r.benchmark_name, "mode": r.mode, "kind": r.benchmark.get("kind"),
             "column": column_name(r.benchmark_name, r.mode),
             "accuracy": m["accuracy"], "n": m["n"], "numerical_distance": m.get("numerical_distance"),
@@ -119,6 +165,11 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
         raise FileNotFoundError(f"no result.json under {[str(p) for p in paths]}; run numlearn.evaluate first")
     check_one_recipe(recipes)
     df = _one_result_per_cell(pd.DataFrame(rows))
+    mixed = df.groupby(["model", "loss"], dropna=False)["adhoc"].nunique()
+    if (mixed > 1).any():
+        model, loss = mixed[mixed > 1].index[0]
+        raise ValueError(f"row {model} / {loss} mixes a model evaluated by path with a training run's seeds: they are "
+                         "not seeds of one recipe; aggregate them apart (or give the evaluated model its own name)")
     if df["protocol"].nunique() > 1:
         raise ValueError(f"results mix evaluation protocols {sorted(df['protocol'].unique())}; pass --protocol "
                          "strict or --protocol official (rescore with numlearn.evaluation.score --write)")

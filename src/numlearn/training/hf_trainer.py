@@ -12,6 +12,7 @@ import logging
 import time
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from numlearn.integrations.hf import LossBridge, NumlearnTrainerMixin  # noqa: F401  (re-exported)
@@ -20,8 +21,36 @@ from numlearn.integrations.hf import NumlearnTrainer as _NumlearnTrainer
 log = logging.getLogger("numlearn.train")  # the step lines the job console reads (jobs.Job.progress_note)
 
 
+class NonFiniteStep(ValueError):
+    """A training step whose loss or gradient norm is not finite: the run stops there, nothing is marked complete."""
+
+
 class NumlearnTrainer(_NumlearnTrainer):
-    """The library's ``NumlearnTrainer``, plus the CPU FSDP2 promotion the training module uses."""
+    """The library's ``NumlearnTrainer``, plus what the training module adds: the CPU FSDP2 promotion, and a stop
+    at the first optimiser step whose loss (any of its micro-batches) or gradient norm is not finite -- before
+    that step updates a weight, so no checkpoint or final model after it holds a diverged model. The check
+    costs one host read per optimiser step, where the gradient norm is already computed (clipping)."""
+
+    _step_finite = None  # this optimiser step's micro-batch losses all finite (a device tensor: no host read)
+
+    def training_step(self, *args, **kwargs):
+        loss = super().training_step(*args, **kwargs)
+        ok = torch.isfinite(loss.detach()).all()
+        self._step_finite = ok if self._step_finite is None else self._step_finite & ok
+        return loss
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        losses_ok, self._step_finite = self._step_finite, None
+        norm = torch.as_tensor(grad_norm if grad_norm is not None else 0.0, dtype=torch.float32)
+        if not bool(torch.isfinite(norm).all()) or (losses_ok is not None and not bool(losses_ok.cpu())):
+            what = "loss" if losses_ok is not None and not bool(losses_ok.cpu()) else "gradient norm"
+            raise NonFiniteStep(
+                f"step {self.state.global_step + 1}: the training {what} is not finite (gradient norm "
+                f"{float(norm):g}, learning rate {self.args.learning_rate:g}): the run stopped before this step "
+                "updated the weights and is not complete; lower train.learning_rate (or raise train.warmup_ratio, "
+                "set train.max_grad_norm) and re-run with force=true")
+        return grad_norm
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from numlearn.dtypes import resolve_dtype
+from numlearn.rundirs import check_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +174,12 @@ def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0, mode
         kwargs = {"dtype": dtype}
         if model_cfg.get("attn_implementation"):
             kwargs["attn_implementation"] = model_cfg.attn_implementation
+        check_model_dir(model_cfg.name_or_path)
         model = AutoModelForCausalLM.from_pretrained(model_cfg.name_or_path, **kwargs)
     elif source == "run":
         if model_dir is None:
             raise ValueError("model.source=run: build_model needs model_dir (base_model_dir)")
+        check_model_dir(model_dir)
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
     elif source == "gguf_package":
         from numlearn.assets import gguf_model_dir

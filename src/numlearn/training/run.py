@@ -35,8 +35,11 @@ from numlearn.records import RUN_META, RunRecord, write_via_tmp
 from numlearn.rundirs import (
     RunDirLock,
     damaged_weights,
+    data_file_hashes,
+    input_differences,
     recipe_differences,
     recipe_sha,
+    records_sha256,
     run_is_complete,
     training_recipe,
 )
@@ -130,6 +133,9 @@ def uses_fused_linear_loss(cfg) -> bool:
 
 def check_run_options(cfg) -> None:
     """Refuse option combinations that cannot mean what the user asked, before anything loads."""
+    from numlearn.schema import check_ranges
+
+    check_ranges(cfg)  # every value inside its schema's range (a NaN weight, a fractional seed, ...)
     if cfg.get("harness_name") == "official" and not cfg.get("paper_row"):
         raise ValueError("harness=official reproduces a paper preset's own script: add experiment=table1_<model> "
                          "(or ablation_qwen2.5-1.5b)")
@@ -277,6 +283,8 @@ def run_metadata(cfg, plan: RunPlan, status: str) -> dict:
         **({"base": base_provenance(plan.model_dir)} if plan.model_dir is not None else {}),
         # what decides the weights, so a stored result can be matched to the preset that made it
         "recipe": (recipe := training_recipe(cfg)), "recipe_sha": recipe_sha(recipe),
+        # and the content of what it read: a changed file under the same recipe is another run (TrainRecipe.run)
+        "inputs": {"data_files": data_file_hashes(cfg.data, _abs(cfg.paths.data_dir))},
         **provenance(),
     }
 
@@ -353,6 +361,15 @@ class TrainRecipe:
         """run.json of the plan with ``status`` (running, complete, dry_run)."""
         return run_metadata(self.cfg, self.plan(), status)
 
+    def inputs(self, records: bool = True) -> dict:
+        """The content hashes of what this run reads (run.json's ``inputs``): its local data files and, with
+        ``records``, the training records as converted (loaded here, so skipped where nothing compares them)."""
+        cfg = self.cfg
+        out = {"data_files": data_file_hashes(cfg.data, _abs(cfg.paths.data_dir))}
+        if records:
+            out["records_sha256"] = records_sha256(self.plan().records())
+        return out
+
     def fit(self) -> Path:
         """Run the plan in its run dir (``force`` clears it first; ``dry_run`` writes the record and stops)."""
         plan = self.plan()
@@ -372,6 +389,11 @@ class TrainRecipe:
             if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
                 raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
                                  f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
+                                 "experiment_name=<new name>, or replace that run with force=true")
+            stored = RunRecord.of_run_dir(run_dir).extra.get("inputs") or {}
+            if diff := input_differences(stored, self.inputs(records="records_sha256" in stored)):
+                raise ValueError(f"{run_dir} holds a complete run trained on other data ({'; '.join(diff[:3])}): the "
+                                 "same recipe on changed data is another run; give it a run dir of its own with "
                                  "experiment_name=<new name>, or replace that run with force=true")
             log.info("already complete, skipping: %s (force=true to retrain)", run_dir)
             return run_dir
@@ -451,6 +473,7 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         model.gradient_checkpointing_enable()
     meta = {**run_metadata(cfg, plan, "running"), "data": {"name": cfg.data.name, **report.as_dict()},
             "n_params": sum(p.numel() for p in model.parameters()), **({"frozen": frozen} if frozen else {})}
+    meta["inputs"]["records_sha256"] = records_sha256(records)
     main = is_main_process()
     if main:
         RunRecord.from_dict(meta, meta_path).write()
@@ -470,6 +493,12 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         # this process's peak during training (before the final save and the held-out pass)
         peak = ({"allocated_bytes": torch.cuda.max_memory_allocated(), "reserved_bytes": torch.cuda.max_memory_reserved(),
                  "device": torch.cuda.get_device_name()} if use_cuda else None)
+        from numlearn.training.hf_trainer import NonFiniteStep
+
+        if bad := nonfinite_parameters(trainer.model):  # the steps were checked; this covers a frozen start too
+            raise NonFiniteStep(f"the trained model has non-finite weights ({', '.join(bad[:3])}"
+                                f"{' ...' if len(bad) > 3 else ''}): not saved as final nor marked complete; lower "
+                                "train.learning_rate and re-run with force=true")
         trainer.save_model(str(final_dir))
         if trainer.is_world_process_zero():
             tokenizer.save_pretrained(str(final_dir))
@@ -483,12 +512,22 @@ def _fit(cfg: DictConfig, plan: RunPlan) -> Path:
         if trainer.is_world_process_zero():
             RunRecord.from_dict(meta, meta_path).write()
             log.info(f"done in {time.time() - t0:.1f}s -> {final_dir}")
+    except ValueError as e:  # NonFiniteStep: the record says why the run stopped (never complete)
+        if type(e).__name__ == "NonFiniteStep" and trainer.is_world_process_zero():
+            meta.update(status="failed", failure=str(e))
+            RunRecord.from_dict(meta, meta_path).write()
+        raise
     finally:
         if wandb:
             from numlearn.tracking import finish_run
 
             finish_run()
     return run_dir
+
+
+def nonfinite_parameters(model) -> list[str]:
+    """The names of ``model``'s parameters holding a NaN or an infinity (one host read per parameter)."""
+    return [n for n, p in model.named_parameters() if p.numel() and not bool(torch.isfinite(p.detach()).all())]
 
 
 def training_arguments(cfg: DictConfig, plan: RunPlan, use_cuda: bool):
@@ -533,6 +572,7 @@ def training_arguments(cfg: DictConfig, plan: RunPlan, use_cuda: bool):
         # group_by_length: batches of similar lengths (fewer pad tokens), still shuffled by the seed
         train_sampling_strategy=str(tcfg.sampling),
         ddp_timeout=int(tcfg.ddp_timeout_s),
+        logging_nan_inf_filter=False,  # a non-finite loss stops the run (NonFiniteStep), never hidden in the logs
     )
 
 
