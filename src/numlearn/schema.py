@@ -152,7 +152,9 @@ class DataConfig:
     # source=synthetic
     n_train: Optional[int] = ranged(None, POS_INT)
     seed: Optional[int] = ranged(None, NONNEG_INT)
-    pot: Any = ranged(None, Range(lo=0, hi=1, also=(True, False)))  # true | false | the share of problems also given as PoT (a float)
+    # true | false | the share of problems also given as PoT (a float); local GSM8K files: the same with the
+    # programs derived from their annotations (numlearn.data.gsm8k_pot), or "only" (the programs alone)
+    pot: Any = ranged(None, Range(lo=0, hi=1, also=(True, False, "only")))
     difficulty: Optional[str] = None  # a task variant (numlearn.data.synthetic.DIFFICULTIES); null: the base task
     replay: Optional[int] = ranged(None, NONNEG_INT)  # with a difficulty: that many base-task problems mixed in (null: none)
     # a text field longer than this refuses its record with file:line (null: 200,000 characters): one 30 MB

@@ -68,6 +68,7 @@ class Derivation:
     """The kept records and, per reason, how many solutions were dropped (``DROP_REASONS``)."""
 
     records: list[dict] = field(default_factory=list)
+    indices: list[int] = field(default_factory=list)  # each kept record's index in the source file
     dropped: Counter = field(default_factory=Counter)
     examples: dict = field(default_factory=dict)  # reason -> the first dropped solution's index
     total: int = 0
@@ -263,6 +264,7 @@ def derive(records: list[dict], allow_unsafe: bool = False) -> Derivation:
     for (i, r, prog), out in zip(candidates, outputs):
         if prints_gold(out, r["answer"]):
             d.records.append({"instruction": r["question"] + POT_SUFFIX, "output": prog})
+            d.indices.append(i)
         else:
             d.dropped[DROP_REASONS[3]] += 1
             d.examples.setdefault(DROP_REASONS[3], i)
@@ -270,13 +272,43 @@ def derive(records: list[dict], allow_unsafe: bool = False) -> Derivation:
 
 
 def read_gsm8k(path: str | Path) -> list[dict]:
-    from .sources import DataError, read_records
+    from .files import DataError, read_records
 
     recs = read_records(path)
     for i, r in enumerate(recs, 1):
         if not (isinstance(r.get("question"), str) and isinstance(r.get("answer"), str) and "####" in r["answer"]):
             raise DataError(f"{path}:{i}: not a GSM8K record (question, and an answer ending in '#### N')")
     return recs
+
+
+def cached_programs(path: str | Path, cache_dir: str | Path) -> dict[int, dict]:
+    """The derivation of the GSM8K file at ``path`` as ``{index in the file: record}``, made once and cached under
+    ``cache_dir/gsm8k_pot/`` keyed by the file's sha256 and ``VERSION`` (beside it: the counts). The programs run
+    in the OS sandbox where there is one, else under process limits (they are arithmetic the rule wrote, not a
+    model's code); the cached counts say which."""
+    import hashlib
+
+    from numlearn.sandbox import isolation_status
+
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{VERSION}\n{digest}".encode()).hexdigest()[:16]
+    cached = Path(cache_dir) / "gsm8k_pot" / f"{key}.json"
+    if cached.is_file():
+        try:
+            data = json.loads(cached.read_text())
+            return {int(i): r for i, r in zip(data["indices"], data["records"])}
+        except (ValueError, KeyError, TypeError):
+            log.warning("%s is damaged; deriving the programs again", cached)
+    d = derive(read_gsm8k(path), allow_unsafe=not isolation_status()[0])
+    rep = d.report()
+    log.info("GSM8K programs: %d of %d kept (%s); run in %s", rep["kept"], rep["total"],
+             ", ".join(f"{n} {r}" for r, n in rep["dropped"].items() if n), rep["isolation"])
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(cached.name + ".tmp")
+    tmp.write_text(json.dumps({"report": {**rep, "source_sha256": digest}, "indices": d.indices,
+                               "records": d.records}))
+    tmp.replace(cached)
+    return dict(zip(d.indices, d.records))
 
 
 def write_jsonl(records: list[dict], out: str | Path) -> None:
@@ -300,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from numlearn.sandbox import SandboxUnavailable
 
-    from .sources import DataError
+    from .files import DataError
 
     src = a.data_dir / SOURCE
     try:

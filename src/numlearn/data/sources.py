@@ -8,20 +8,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from .files import DataError, read_records  # noqa: F401 - re-exported: numlearn.data.sources.DataError
 from .prompts import POT_SUFFIX
 from .synthetic import ensure_synthetic
-
-
-class DataError(ValueError):
-    """A data file is missing or a record is malformed."""
-
 
 _CALC = re.compile(r"<<[^>]*>>")
 
@@ -61,45 +56,6 @@ def convert_record(rec: dict[str, Any], where: str = "", max_chars: int | None =
         f"malformed training record {where}: fields {sorted(rec)}; expected instruction/output "
         "(MathInstruct), question/answer with '####' (GSM8K) or problem/solution (MATH)"
     )
-
-
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"data file not found: {p}. Set paths.data_dir (or NUMLEARN_DATA_DIR) to the data "
-                        "root, see docs/data.md.")
-    if p.is_dir():
-        raise DataError(f"{p} is a directory, not a data file: name the JSONL / JSON file inside it "
-                        f"(e.g. {next((str(f) for f in sorted(p.glob('*.json*'))), p / 'train.jsonl')})")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{p}: not UTF-8 text (byte {e.start}); expected JSON lines or a JSON array") from None
-    except OSError as e:
-        raise DataError(f"{p}: cannot be read ({e.strerror or e}); check the path and its permissions") from None
-    if not text.strip():
-        raise DataError(f"{p}: the file is empty; expected JSON lines or a JSON array of records")
-    if p.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            out = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{p}: not a valid JSON array ({e.msg} at line {e.lineno})") from None
-        lines = range(1, len(out) + 1)
-    else:
-        out, lines = [], []
-        # lines end at "\n" (and "\r\n") only: str.splitlines() also splits at U+2028 / U+0085 / \x1c.., which
-        # valid JSON may hold raw inside a string
-        for i, line in enumerate(text.split("\n"), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{p}:{i}: not valid JSON ({e.msg})") from None
-                lines.append(i)
-    for i, rec in zip(lines, out):
-        if not isinstance(rec, dict):
-            raise DataError(f"{p}:{i}: a record must be a JSON object, got {type(rec).__name__}")
-    return out
 
 
 def load_local(path: str | Path, limit: int | None = None, max_chars: int | None = None) -> list[dict[str, str]]:
@@ -167,6 +123,29 @@ def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool 
     return [e for _, which, k in order for e in (main if which == 0 else base)[k]]
 
 
+def gsm8k_with_programs(path: Path, pot, cache_dir: str | Path, limit: int | None = None,
+                        max_chars: int | None = None) -> list[dict[str, str]]:
+    """A GSM8K file's records with the programs derived from its calculator annotations
+    (``numlearn.data.gsm8k_pot``), as MathInstruct mixes CoT and PoT answers. ``pot``: ``"only"`` (each solution's
+    program, where one was kept), true (each problem as CoT, then its program), or a share in (0, 1] of the
+    problems that also get their program, spread evenly as for the synthetic task (``pot_share``)."""
+    from .gsm8k_pot import cached_programs, read_gsm8k
+
+    try:
+        raw = read_gsm8k(path)[: limit or None]
+    except DataError as e:
+        raise DataError(f"data.pot={pot!r} derives programs from GSM8K files: {e}") from None
+    programs = cached_programs(path, cache_dir)
+    if pot == "only":
+        return [programs[i] for i in range(len(raw)) if i in programs]
+    share, out = pot_share(pot), []
+    for i, r in enumerate(raw):
+        out.append(convert_record(r, f"{path}:{i + 1}", max_chars))
+        if i in programs and math.floor((i + 1) * share) > math.floor(i * share):
+            out.append(programs[i])
+    return out
+
+
 def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[str, str]]:
     """Records for a ``conf/data/*.yaml`` node."""
     kind = cfg.source
@@ -182,7 +161,11 @@ def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[
         recs = []
         for f in cfg.files:
             fp = Path(f) if Path(f).is_absolute() else Path(data_root) / f
-            recs.extend(load_local(fp, cfg.get("limit_per_file"), cfg.get("max_field_chars")))
+            if cfg.get("pot") not in (None, False):  # GSM8K with its derived programs (numlearn.data.gsm8k_pot)
+                recs.extend(gsm8k_with_programs(fp, cfg.pot, cache_dir, cfg.get("limit_per_file"),
+                                                cfg.get("max_field_chars")))
+            else:
+                recs.extend(load_local(fp, cfg.get("limit_per_file"), cfg.get("max_field_chars")))
     elif kind == "hf":
         recs = load_hf(cfg.hf_name, cfg.get("split") or "train", limit, cfg.get("max_field_chars"),
                        **dict(cfg.get("load_kwargs") or {}))
