@@ -3,6 +3,7 @@ and the evaluator carries on."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -141,3 +142,60 @@ def test_the_seccomp_program_denies_the_listed_and_the_unreviewed_and_allows_the
     for nr in (read, openat, 435, 439, 466):  # clone3, faccessat2, removexattrat: reviewed, allowed
         assert _bpf_action(prog, arch, nr) == allow, nr
     assert _bpf_action(prog, 0x40000003, 0) == kill  # i386
+
+
+# -- issue 58 items 4 and 5: no host file held open, no downgrade ---------------------------------------------
+def test_the_standard_streams_are_pipes_not_host_files():
+    code = ("import os, stat\n"
+            "print([stat.S_ISFIFO(os.fstat(fd).st_mode) for fd in (0, 1, 2)], repr(open(0).read()))\n"
+            "try:\n    os.fchmod(0, 0o600)\nexcept Exception as e:\n    print(type(e).__name__)\n")
+    before = os.stat("/dev/null")
+    r = run_program(code)
+    assert r.ok, r.error
+    assert r.stdout.splitlines()[0] == "[True, True, True] ''"  # stdin, stdout, stderr: pipes; stdin at EOF
+    after = os.stat("/dev/null")
+    assert (after.st_mode, after.st_mtime_ns) == (before.st_mode, before.st_mtime_ns)
+
+
+def test_an_output_flood_takes_no_host_disk_and_stops_at_the_cap(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # re-read TMPDIR
+    try:
+        r = run_program("import sys\nwhile True:\n    sys.stdout.write('x' * (1 << 20))", timeout_s=20,
+                        max_output_bytes=1 << 16)
+    finally:
+        tempfile.tempdir = None
+    assert not r.ok and r.error == "terminated: output size limit" and len(r.stdout) == 1 << 16
+    assert r.seconds < 10  # stopped at the cap, not at the timeout
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 1 << 20, files  # nothing of the flood on the host's disk
+
+
+def test_the_private_device_directory_is_fresh_and_a_failure_is_an_error(monkeypatch, tmp_path):
+    import numlearn.sandbox as sb
+
+    if os.geteuid() != 0:
+        pytest.skip("the private device nodes are made as root only")
+    planted = tmp_path / f"numlearn-sandbox-dev-{sb.SANDBOX_UID}"
+    planted.mkdir()
+    os.chown(planted, 12345, 12345)  # another user's directory under the name the old code used
+    monkeypatch.setattr(sb.tempfile, "tempdir", str(tmp_path))
+    sb._private_dev.cache_clear()
+    try:
+        d = sb._private_dev()
+        assert d != str(planted) and os.stat(d).st_uid == 0 and sorted(os.listdir(d)) == sorted(sb._DEV_NODES)
+
+        def nodev(*a, **k):
+            raise PermissionError(1, "Operation not permitted")
+
+        sb._private_dev.cache_clear()
+        monkeypatch.setattr(sb.os, "mknod", nodev)
+        with pytest.raises(sb.SandboxUnavailable, match=r"private device nodes cannot be made .* nodev"):
+            sb._private_dev()
+        assert sb._dev_args is not None  # the run refuses: never the host's nodes in its place
+        with pytest.raises(sb.SandboxUnavailable):
+            sb._dev_args()
+    finally:
+        sb._private_dev.cache_clear()

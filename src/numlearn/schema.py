@@ -163,6 +163,9 @@ class DataConfig:
     # source=local
     files: Optional[List[str]] = None
     limit_per_file: Optional[int] = ranged(None, POS_INT)
+    # the first N records of each file left out (before limit_per_file): a held-out slice, e.g. the first N of
+    # GSM8K-train that eval=gsm8k_heldout evaluates on (null: none)
+    skip_per_file: Optional[int] = ranged(None, NONNEG_INT)
     fetch: Optional[List[Dict[str, Any]]] = None  # pinned sources of the files (make data)
     # source=hf
     hf_name: Optional[str] = None

@@ -58,9 +58,12 @@ def convert_record(rec: dict[str, Any], where: str = "", max_chars: int | None =
     )
 
 
-def load_local(path: str | Path, limit: int | None = None, max_chars: int | None = None) -> list[dict[str, str]]:
-    recs = read_records(path)[: limit or None]
-    return [convert_record(r, f"{path}:{i + 1}", max_chars) for i, r in enumerate(recs)]
+def load_local(path: str | Path, limit: int | None = None, max_chars: int | None = None,
+               skip: int | None = None) -> list[dict[str, str]]:
+    """The records of one local file, converted: the first ``skip`` left out, then the first ``limit`` kept."""
+    skip = int(skip or 0)
+    recs = read_records(path)[skip:][: limit or None]
+    return [convert_record(r, f"{path}:{skip + i + 1}", max_chars) for i, r in enumerate(recs)]
 
 
 def load_hf(name: str, split: str = "train", limit: int | None = None, max_chars: int | None = None,
@@ -124,23 +127,25 @@ def synthetic_records(cache_dir: str | Path, n_train: int, seed: int, pot: bool 
 
 
 def gsm8k_with_programs(path: Path, pot, cache_dir: str | Path, limit: int | None = None,
-                        max_chars: int | None = None) -> list[dict[str, str]]:
+                        max_chars: int | None = None, skip: int | None = None) -> list[dict[str, str]]:
     """A GSM8K file's records with the programs derived from its calculator annotations
     (``numlearn.data.gsm8k_pot``), as MathInstruct mixes CoT and PoT answers. ``pot``: ``"only"`` (each solution's
     program, where one was kept), true (each problem as CoT, then its program), or a share in (0, 1] of the
     problems that also get their program, spread evenly as for the synthetic task (``pot_share``)."""
     from .gsm8k_pot import cached_programs, read_gsm8k
 
+    skip = int(skip or 0)
     try:
-        raw = read_gsm8k(path)[: limit or None]
+        raw = read_gsm8k(path)
     except DataError as e:
         raise DataError(f"data.pot={pot!r} derives programs from GSM8K files: {e}") from None
     programs = cached_programs(path, cache_dir)
+    kept = range(skip, min(len(raw), skip + limit) if limit else len(raw))
     if pot == "only":
-        return [programs[i] for i in range(len(raw)) if i in programs]
+        return [programs[i] for i in kept if i in programs]
     share, out = pot_share(pot), []
-    for i, r in enumerate(raw):
-        out.append(convert_record(r, f"{path}:{i + 1}", max_chars))
+    for i in kept:
+        out.append(convert_record(raw[i], f"{path}:{i + 1}", max_chars))
         if i in programs and math.floor((i + 1) * share) > math.floor(i * share):
             out.append(programs[i])
     return out
@@ -163,9 +168,10 @@ def load_source(cfg, data_root: str | Path, cache_dir: str | Path) -> list[dict[
             fp = Path(f) if Path(f).is_absolute() else Path(data_root) / f
             if cfg.get("pot") not in (None, False):  # GSM8K with its derived programs (numlearn.data.gsm8k_pot)
                 recs.extend(gsm8k_with_programs(fp, cfg.pot, cache_dir, cfg.get("limit_per_file"),
-                                                cfg.get("max_field_chars")))
+                                                cfg.get("max_field_chars"), cfg.get("skip_per_file")))
             else:
-                recs.extend(load_local(fp, cfg.get("limit_per_file"), cfg.get("max_field_chars")))
+                recs.extend(load_local(fp, cfg.get("limit_per_file"), cfg.get("max_field_chars"),
+                                       cfg.get("skip_per_file")))
     elif kind == "hf":
         recs = load_hf(cfg.hf_name, cfg.get("split") or "train", limit, cfg.get("max_field_chars"),
                        **dict(cfg.get("load_kwargs") or {}))

@@ -170,31 +170,33 @@ def _private_dev() -> str | None:
     the evaluator's -- root -- owns them: ``fchmod``/``utime`` on its ``/dev/null`` changed the host's.
     These nodes are not the host's, and their owner is not mapped in the sandbox, so a mode, owner or
     time change is refused (EPERM) and could only ever reach this directory. None when not root (the
-    host's nodes are then root's, which the sandbox's uid is not) or where nodes cannot be made."""
+    host's nodes are then root's, which the sandbox's uid is not).
+
+    The directory is made unpredictably and exclusively (``mkdtemp``: a directory of that name planted by
+    another user cannot be taken for ours) once per process, checked (its ``null`` must open: a ``nodev``
+    temporary filesystem, systemd's default for ``/tmp``, makes device nodes unopenable) and removed at exit.
+    Where it cannot be made safe, the sandbox is unavailable (``SandboxUnavailable`` naming the cause): it
+    never falls back to the host's nodes."""
     if os.geteuid() != 0:
         return None
-    d = os.path.join(tempfile.gettempdir(), f"numlearn-sandbox-dev-{SANDBOX_UID}")
+    import atexit
+
+    where = tempfile.gettempdir()
     try:
-        os.makedirs(d, mode=0o755, exist_ok=True)
-        st = os.lstat(d)
-        if st.st_uid != 0 or not os.path.isdir(d) or os.path.islink(d):
-            return None  # not ours: never trust a directory another user could have planted
+        d = tempfile.mkdtemp(prefix=f"numlearn-sandbox-dev-{SANDBOX_UID}-")
+        atexit.register(shutil.rmtree, d, True)
+        os.chmod(d, 0o755)
         for name, (major, minor) in _DEV_NODES.items():
             path = os.path.join(d, name)
-            want = (os.makedev(major, minor), SANDBOX_UID)
-            try:
-                st = os.lstat(path)
-                ok = (st.st_rdev, st.st_uid) == want and (st.st_mode & 0o7777) == 0o666 and (st.st_mode & 0o170000) == 0o020000
-            except FileNotFoundError:
-                ok = False
-            if not ok:
-                tmp = f"{path}.{os.getpid()}"
-                os.mknod(tmp, 0o020666, os.makedev(major, minor))
-                os.chmod(tmp, 0o666)
-                os.chown(tmp, SANDBOX_UID, SANDBOX_UID)
-                os.replace(tmp, path)
-    except OSError:
-        return None
+            os.mknod(path, 0o020666, os.makedev(major, minor))
+            os.chmod(path, 0o666)
+            os.chown(path, SANDBOX_UID, SANDBOX_UID)
+        os.close(os.open(os.path.join(d, "null"), os.O_WRONLY))
+    except OSError as e:
+        raise SandboxUnavailable(
+            f"the sandbox's private device nodes cannot be made under {where} ({e.strerror or e}; a filesystem "
+            "mounted nodev, e.g. systemd's /tmp, cannot hold them): point TMPDIR at a directory on a filesystem "
+            "that allows device nodes, or eval.allow_unsafe_exec=true to run without an OS boundary") from None
     return d
 
 
@@ -510,8 +512,9 @@ def isolation_status() -> tuple[bool, str]:
     mem = ("memory cgroup (its OOM kills are the memory stops)" if memory_stops_observed() else
            "no memory cgroup that counts its kills: memory bounded per process, and a MemoryError counts as the "
            "program's own error")
+    dev = "private /dev nodes" if _private_dev() is not None else "bwrap's /dev (host nodes, not ours to change)"
     return True, (f"{version}: user/mount/pid/net namespaces, no nested user namespaces, seccomp, uid {NOBODY}, "
-                  f"read-only /proc/sys, {TMPFS_MB} MB tmpfs dirs; {pids}; {mem}")
+                  f"read-only /proc/sys, {TMPFS_MB} MB tmpfs dirs, {dev}, pipes for the standard streams; {pids}; {mem}")
 
 
 def _preexec(limits: dict[str, int], as_root: bool, drop_uid: bool):
@@ -594,16 +597,73 @@ class _Seen:
     oom_kills: int | None = None
 
 
-def _finish(out_path, err_path, seen: _Seen, timeout_s, max_output_bytes, isolation) -> ProgramResult:
-    """The program's result from what the supervisor observed (``seen``) and how much it wrote. The stop
-    kinds never come from the program's output or its exit code: a program can print "MemoryError" or
+class _Drain:
+    """A pipe for one of the program's output streams, read by a thread of ours: the first ``keep`` bytes are
+    kept, the rest is read and thrown away, so the program never writes to a host file (no host disk, no host
+    inode it could ``fchmod``). Past ``keep``, ``on_overflow`` is called once (the caller stops the program:
+    the output size limit)."""
+
+    def __init__(self, keep: int, on_overflow=None):
+        import threading
+
+        self.keep, self.on_overflow, self.overflow = keep, on_overflow, False
+        self.r, self.w = os.pipe()
+        self.buf = bytearray()
+        self.thread = threading.Thread(target=self._read, daemon=True, name="numlearn-sandbox-drain")
+        self.thread.start()
+
+    def _read(self) -> None:
+        r = self.r
+        while True:
+            try:
+                block = os.read(r, 1 << 16)
+            except OSError:
+                return
+            if not block:
+                return
+            room = self.keep - len(self.buf)
+            if room > 0:
+                self.buf += block[:room]
+            if len(block) > room and not self.overflow:
+                self.overflow = True
+                if self.on_overflow is not None:
+                    self.on_overflow()
+
+    def close_writer(self) -> None:
+        """After the child has its copy: ours closed, so EOF comes when the sandbox's processes are gone."""
+        if self.w is not None:
+            os.close(self.w)
+            self.w = None
+
+    def result(self, wait_s: float = 5.0) -> bytes:
+        """The kept bytes, once the stream ended (or ``wait_s`` passed: a process that escaped the kill and
+        holds the pipe is given up on). Closes the pipe; a second call only returns the bytes."""
+        self.close_writer()
+        if self.r is not None:
+            self.thread.join(wait_s)
+            r, self.r = self.r, None
+            os.close(r)  # the reader thread, if still blocked, gets EBADF and ends
+        return bytes(self.buf)
+
+
+def _empty_stdin() -> int:
+    """The program's standard input: a pipe at end of file (not the host's ``/dev/null``, whose mode and times
+    a program could change through fd 0). The caller closes it once the child has its copy."""
+    r, w = os.pipe()
+    os.close(w)
+    return r
+
+
+def _finish(out: bytes, err_bytes: bytes, seen: _Seen, timeout_s, max_output_bytes, isolation,
+            overflow: bool = False) -> ProgramResult:
+    """The program's result from what the supervisor observed (``seen``) and what it wrote (``out``, ``err_bytes``:
+    the first bytes of each stream; ``overflow``: stdout passed its cap and the program was stopped for it). The
+    stop kinds never come from the program's output or its exit code: a program can print "MemoryError" or
     exit with any status."""
     rc, timed_out, t0, startup, oom_kills = seen.rc, seen.timed_out, seen.t0, seen.startup, seen.oom_kills
-    with open(out_path, "rb") as f:
-        raw = f.read(max_output_bytes + 1)
-    with open(err_path, "rb") as f:
-        err = f.read(4000).decode("utf-8", "replace")
-    truncated = len(raw) > max_output_bytes
+    raw = out[: max_output_bytes + 1]
+    err = err_bytes[:4000].decode("utf-8", "replace")
+    truncated = len(raw) > max_output_bytes or overflow
     stdout = raw[:max_output_bytes].decode("utf-8", "replace")
     secs = time.monotonic() - t0
     res = ProgramResult(stdout, False, timed_out, "", rc, truncated, secs, isolation, startup_seconds=startup)
@@ -612,6 +672,8 @@ def _finish(out_path, err_path, seen: _Seen, timeout_s, max_output_bytes, isolat
         res.error = f"timed out after {timeout_s:g}s"
     elif res.memory_limited:
         res.error = "memory limit: the sandbox's memory cgroup killed it"
+    elif overflow:
+        res.error = "terminated: output size limit"
     elif rc == 97:
         res.error = "sandbox: could not isolate the network"
     elif rc == 96:
@@ -713,37 +775,52 @@ def _run_bwrap(code, timeout_s, memory_mb, max_output_bytes, max_procs, python, 
     fds = {name: _memfd(name, data) for name, data in files.items()}
     seccomp = _memfd("seccomp", sandbox_seccomp())
     ready_r, ready_w = os.pipe()
-    outdir = tempfile.mkdtemp(prefix="numlearn-pot-io-")
-    out_path, err_path = os.path.join(outdir, "stdout"), os.path.join(outdir, "stderr")
+    # the standard streams are pipes to this process (stdin at end of file): no host file, device or disk
+    proc_ref: list = []
+    out = _Drain(max_output_bytes + 1, lambda: _killpg(proc_ref))
+    err = _Drain(4000)
+    stdin = _empty_stdin()
     passed = (*fds.values(), seccomp, ready_w)
     try:
-        with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
-            try:
-                # bwrap gets no environment of ours: inside, it is pid 1, and its environ is readable
-                # there (the evaluator's secrets would be); the program's is --setenv. No preexec_fn
-                # (unsafe in a threaded parent): a launcher interpreter joins the cgroups, a fresh
-                # session keyring, sets the rlimits and execs bwrap.
-                argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(limits), ",".join(groups.paths), "--",
-                        *_bwrap_argv(python or sys.executable, fds, seccomp, {"NUMLEARN_READY_FD": str(ready_w)})]
-                proc = subprocess.Popen(argv, cwd="/", env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                                        stdout=fo, stderr=fe, start_new_session=True, close_fds=True,
-                                        pass_fds=passed)
-            except (OSError, subprocess.SubprocessError) as e:
-                return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
-            finally:
-                for fd in passed:
-                    os.close(fd)
-                passed = ()
-            startup = _wait_ready_pipe(proc, ready_r, start)
-            rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
-        return _finish(out_path, err_path, _Seen(rc, timed_out, t0, startup, groups.oom_kills()), timeout_s,
-                       max_output_bytes, how)
+        try:
+            # bwrap gets no environment of ours: inside, it is pid 1, and its environ is readable
+            # there (the evaluator's secrets would be); the program's is --setenv. No preexec_fn
+            # (unsafe in a threaded parent): a launcher interpreter joins the cgroups, a fresh
+            # session keyring, sets the rlimits and execs bwrap.
+            argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(limits), ",".join(groups.paths), "--",
+                    *_bwrap_argv(python or sys.executable, fds, seccomp, {"NUMLEARN_READY_FD": str(ready_w)})]
+            proc = subprocess.Popen(argv, cwd="/", env={"PATH": "/usr/bin:/bin"}, stdin=stdin,
+                                    stdout=out.w, stderr=err.w, start_new_session=True, close_fds=True,
+                                    pass_fds=passed)
+            proc_ref.append(proc)
+        except (OSError, subprocess.SubprocessError) as e:
+            return ProgramResult("", False, error=f"could not start sandbox: {e}", isolation=how)
+        finally:
+            for fd in (*passed, stdin):
+                os.close(fd)
+            passed = ()
+            out.close_writer()
+            err.close_writer()
+        startup = _wait_ready_pipe(proc, ready_r, start)
+        rc, timed_out = _wait_then_kill(proc, timeout_s)  # bwrap's group and its pid namespace
+        return _finish(out.result(), err.result(), _Seen(rc, timed_out, t0, startup, groups.oom_kills()), timeout_s,
+                       max_output_bytes, how, overflow=out.overflow and not timed_out)
     finally:
         for fd in passed:
             os.close(fd)
+        out.result(0.0)
+        err.result(0.0)
         os.close(ready_r)
         groups.close()
-        shutil.rmtree(outdir, ignore_errors=True)
+
+
+def _killpg(proc_ref: list) -> None:
+    """Kill the sandbox's process group (its output passed the cap); the supervisor's wait then returns."""
+    if proc_ref:
+        try:
+            os.killpg(proc_ref[0].pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _wait_ready_pipe(proc, ready_r: int, start: Start) -> float:
@@ -771,37 +848,43 @@ def _run_process(code, timeout_s, memory_mb, max_output_bytes, max_procs, python
         if as_root:
             os.chown(tmp, SANDBOX_UID, SANDBOX_UID)
             os.chmod(tmp, 0o700)
-        out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
                "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         limits = {"cpu": int(timeout_s) + 1 + start.cpu_allowance, "mem": memory_mb * 1024 * 1024,
                   "fsize": max_output_bytes + 1,
                   "nproc": max_procs if not as_root else 4096}
-        with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
-            if as_root:
-                os.chown(out_path, SANDBOX_UID, SANDBOX_UID)
-                os.chown(err_path, SANDBOX_UID, SANDBOX_UID)
-            argv = [python or sys.executable, "-I", "-B", "guard.py"]
-            drop = as_root and _UID_DROP_WORKS is not False
+        proc_ref: list = []
+        out, err = _Drain(max_output_bytes + 1, lambda: _killpg(proc_ref)), _Drain(4000)
+        stdin = _empty_stdin()
+        argv = [python or sys.executable, "-I", "-B", "guard.py"]
+        drop = as_root and _UID_DROP_WORKS is not False
+        try:
             try:
-                try:
-                    proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
-                                            preexec_fn=_preexec(limits, as_root, drop), close_fds=True)
-                    if drop:
-                        _UID_DROP_WORKS = True
-                except PermissionError:
-                    if not drop:
-                        raise
-                    _UID_DROP_WORKS = False  # interpreter not reachable by the sandbox uid
-                    proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
-                                            preexec_fn=_preexec(limits, as_root, False), close_fds=True)
-            except (OSError, subprocess.SubprocessError) as e:
-                return ProgramResult("", False, error=f"could not start sandbox: {e}")
-            startup = _wait_ready(proc, tmp, start)
-            rc, timed_out = _wait_then_kill(
-                proc, timeout_s, (lambda: _kill_uid_processes(SANDBOX_UID)) if drop and _UID_DROP_WORKS else None)
-        res = _finish(out_path, err_path, _Seen(rc, timed_out, t0, startup), timeout_s, max_output_bytes,
-                      "process (unsafe)")
+                # _preexec makes it a session (and group) leader: an output past the cap stops the group
+                proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=stdin, stdout=out.w, stderr=err.w,
+                                        preexec_fn=_preexec(limits, as_root, drop), close_fds=True)
+                if drop:
+                    _UID_DROP_WORKS = True
+            except PermissionError:
+                if not drop:
+                    raise
+                _UID_DROP_WORKS = False  # interpreter not reachable by the sandbox uid
+                proc = subprocess.Popen(argv, cwd=tmp, env=env, stdin=stdin, stdout=out.w, stderr=err.w,
+                                        preexec_fn=_preexec(limits, as_root, False), close_fds=True)
+            proc_ref.append(proc)
+        except (OSError, subprocess.SubprocessError) as e:
+            out.result(0.0)
+            err.result(0.0)
+            return ProgramResult("", False, error=f"could not start sandbox: {e}")
+        finally:
+            os.close(stdin)
+            out.close_writer()
+            err.close_writer()
+        startup = _wait_ready(proc, tmp, start)
+        rc, timed_out = _wait_then_kill(
+            proc, timeout_s, (lambda: _kill_uid_processes(SANDBOX_UID)) if drop and _UID_DROP_WORKS else None)
+        res = _finish(out.result(), err.result(), _Seen(rc, timed_out, t0, startup), timeout_s, max_output_bytes,
+                      "process (unsafe)", overflow=out.overflow and not timed_out)
         if rc == 97 and not as_root:
             res.error = f"exit status {rc}"
         return res
