@@ -107,16 +107,16 @@ def test_working_directory_is_thrown_away():
     assert r.ok and not Path(r.stdout.strip()).exists()
 
 
-def _bpf_action(prog: bytes, arch: int, nr: int) -> int:
-    """Run the classic-BPF seccomp program on (arch, nr): the four instruction kinds it uses."""
+def _bpf_action(prog: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+    """Run the classic-BPF seccomp program on (arch, nr, args[0]): the four instruction kinds it uses."""
     import struct
 
     ins = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
     pc, acc = 0, 0
     while True:
         code, jt, jf, k = ins[pc]
-        if code == 0x20:  # ld w abs: seccomp_data.nr at 0, .arch at 4
-            acc = {0: nr, 4: arch}[k]
+        if code == 0x20:  # ld w abs: seccomp_data.nr at 0, .arch at 4, args[0]'s low word at 16
+            acc = {0: nr, 4: arch, 16: arg0}[k]
             pc += 1
         elif code in (0x15, 0x35):  # jeq / jge k
             taken = acc == k if code == 0x15 else acc >= k
@@ -142,6 +142,76 @@ def test_the_seccomp_program_denies_the_listed_and_the_unreviewed_and_allows_the
     for nr in (read, openat, 435, 439, 466):  # clone3, faccessat2, removexattrat: reviewed, allowed
         assert _bpf_action(prog, arch, nr) == allow, nr
     assert _bpf_action(prog, 0x40000003, 0) == kill  # i386
+
+
+@pytest.mark.parametrize("machine,arch,calls", [("x86_64", 0xC000003E, (41, 53)), ("aarch64", 0xC00000B7, (198, 199))])
+def test_the_seccomp_program_allows_unix_sockets_only(machine, arch, calls):
+    """Issue 58 item 6: socket(2)/socketpair(2) of AF_UNIX (1) pass; AF_INET (2), AF_INET6 (10), AF_NETLINK (16),
+    AF_PACKET (17) and AF_VSOCK (40) get EPERM; other calls with the same args[0] are not affected."""
+    from numlearn.sandbox import sandbox_seccomp
+
+    prog = sandbox_seccomp(machine)
+    eperm, allow = 0x00050001, 0x7FFF0000
+    for nr in calls:
+        assert _bpf_action(prog, arch, nr, 1) == allow
+        for fam in (2, 10, 16, 17, 40):
+            assert _bpf_action(prog, arch, nr, fam) == eperm, (nr, fam)
+    read = 0 if machine == "x86_64" else 63
+    assert _bpf_action(prog, arch, read, 40) == allow
+
+
+@pytest.mark.parametrize("machine,arch,nrs", [("x86_64", 0xC000003E, (253, 294, 300, 240)),
+                                              ("aarch64", 0xC00000B7, (26, 262, 180))])
+def test_inotify_fanotify_and_message_queues_are_denied(machine, arch, nrs):
+    """Their instances count against the mapped user's (root's) limits: a program must not exhaust them."""
+    from numlearn.sandbox import sandbox_seccomp
+
+    prog = sandbox_seccomp(machine)
+    assert all(_bpf_action(prog, arch, nr) == 0x00050001 for nr in nrs)
+
+
+def test_inotify_and_mq_are_refused_in_a_run_and_the_cpu_group_bounds_it():
+    from numlearn.sandbox import _cgroup_roots, isolation_status
+
+    code = "\n".join([
+        "import gc",  # the audit hook off (it refuses ctypes): the kernel's answer
+        "for _o in gc.get_objects():",
+        "    if callable(_o) and getattr(_o, '__name__', '') == '_hook':",
+        "        _o.__code__ = (lambda event, args: None).__code__",
+        "import ctypes, os",
+        "libc = ctypes.CDLL(None, use_errno=True)",
+        "print(libc.inotify_init1(0), ctypes.get_errno())",
+        "import resource; print(resource.getrlimit(resource.RLIMIT_MSGQUEUE))"])
+    r = run_program(code)
+    assert r.ok, r.error
+    lines = r.stdout.splitlines()
+    assert lines[0] == "-1 1" and lines[1] == "(0, 0)"  # EPERM; no message-queue bytes
+    assert ("cpu cgroup (1 core)" in isolation_status()[1]) == bool(_cgroup_roots()["cpu"])
+    if _cgroup_roots()["cpu"]:  # two spinning threads for 2 s get about 2 s of CPU, not 4
+        spin = run_program("import threading, time\ndef f():\n    while True:\n        pass\n"
+                           "for _ in range(2):\n    threading.Thread(target=f, daemon=True).start()\n"
+                           "t0 = time.process_time(); time.sleep(2); print(time.process_time() - t0)", timeout_s=10)
+        assert spin.ok and float(spin.stdout) < 2.8, spin
+
+
+def test_a_vsock_or_netlink_socket_is_refused_by_the_kernel_not_only_the_hook():
+    code = "\n".join([
+        "import gc",  # the audit hook switched off first (as tests/test_sandbox_hostile.py does): the kernel's answer
+        "for _o in gc.get_objects():",
+        "    if callable(_o) and getattr(_o, '__name__', '') == '_hook':",
+        "        _o.__code__ = (lambda event, args: None).__code__",
+        "import _socket",
+        "out = []",
+        "for fam in (1, 16, 40):",
+        "    try:",
+        "        _socket.socket(fam, 1 if fam != 16 else 3, 0).close()",
+        "        out.append('ok')",
+        "    except OSError as e:",
+        "        out.append(e.errno)",
+        "print(out)"])
+    r = run_program(code)
+    assert r.ok, r.error
+    assert r.stdout.strip() == "['ok', 1, 1]"  # AF_UNIX opens; netlink and vsock: EPERM from seccomp
 
 
 # -- issue 58 items 4 and 5: no host file held open, no downgrade ---------------------------------------------

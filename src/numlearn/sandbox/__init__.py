@@ -278,14 +278,24 @@ _SECCOMP_BLOCK = {
     # init_module finit_module delete_module open_by_handle_at name_to_handle_at fsopen fsconfig
     # fsmount move_mount open_tree mount_setattr process_vm_readv process_vm_writev
     "x86_64": (0xC000003E, (250, 248, 249, 425, 426, 427, 272, 308, 165, 166, 155, 101, 321, 298, 323, 246, 320,
-                            175, 313, 176, 304, 303, 430, 431, 432, 429, 428, 442, 310, 311, 433, 438)),
+                            175, 313, 176, 304, 303, 430, 431, 432, 429, 428, 442, 310, 311, 433, 438,
+                            253, 294, 300, 240)),
     "aarch64": (0xC00000B7, (219, 217, 218, 425, 426, 427, 97, 268, 40, 39, 41, 117, 280, 241, 282, 104, 294,
-                             105, 273, 106, 265, 264, 430, 431, 432, 429, 428, 442, 270, 271, 433, 438)),
+                             105, 273, 106, 265, 264, 430, 431, 432, 429, 428, 442, 270, 271, 433, 438,
+                             26, 262, 180)),
 }
+# ... and (issue 58) inotify_init, inotify_init1, fanotify_init and mq_open: their instances and queues count
+# against a per-user limit, and the program's uid maps to the evaluator's (root) -- a program could exhaust
+# the host root's inotify instances or message queues. A PoT program needs none of them.
 # ... plus fspick (433) and pidfd_getfd (438), which passed the list (issue 41); and every number from
 # the first one not reviewed on: syscalls added after Linux 6.13's removexattrat (466) -- open_tree_attr
 # (467) was the first -- get EPERM until someone reads them. New syscalls share one numbering on both.
 _SECCOMP_FIRST_UNREVIEWED = 467
+# socket(2) and socketpair(2): only these address families (args[0]); every other -- netlink, vsock, packet,
+# inet even in the empty network namespace -- gets EPERM. Python's start-up opens no socket; AF_UNIX is what a
+# program's own process pool would use.
+_SOCKET_CALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}
+SOCKET_FAMILIES_ALLOWED = (1,)  # AF_UNIX
 _X32_BIT = 0x40000000
 
 
@@ -293,7 +303,8 @@ def sandbox_seccomp(machine: str | None = None) -> bytes:
     """The classic-BPF seccomp program bwrap installs (``--seccomp FD``): another architecture than
     the one it was written for is killed; each blocked syscall, every number from
     ``_SECCOMP_FIRST_UNREVIEWED`` on (not yet reviewed) and, on x86_64, the x32 ABI get EPERM;
-    everything else is allowed. Raises ``SandboxUnavailable`` on an architecture without a table."""
+    ``socket``/``socketpair`` of a family outside ``SOCKET_FAMILIES_ALLOWED`` get EPERM; everything else is
+    allowed. Raises ``SandboxUnavailable`` on an architecture without a table."""
     import platform
     import struct
 
@@ -312,7 +323,14 @@ def sandbox_seccomp(machine: str | None = None) -> bytes:
     prog += [(jge_k, 0, 1, _SECCOMP_FIRST_UNREVIEWED), (ret_k, 0, 0, errno_eperm)]  # deny by default above
     for nr in nrs:
         prog += [(jeq_k, 0, 1, nr), (ret_k, 0, 0, errno_eperm)]
+    # socket / socketpair: to the family check below; anything else is allowed
+    sock = _SOCKET_CALLS[machine]
+    prog += [(jeq_k, len(sock) - i, 0, n) for i, n in enumerate(sock)]  # a match jumps past the allow below
     prog.append((ret_k, 0, 0, allow))
+    prog.append((ld_w_abs, 0, 0, 16))  # seccomp_data.args[0], its low 32 bits (little-endian): the family
+    for fam in SOCKET_FAMILIES_ALLOWED:
+        prog += [(jeq_k, 0, 1, fam), (ret_k, 0, 0, allow)]
+    prog.append((ret_k, 0, 0, errno_eperm))
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
@@ -328,7 +346,7 @@ def _cgroup_roots() -> dict[str, str | None]:
     """Per controller ("pids", "memory"): a cgroup hierarchy this process may create groups in
     (cgroup v1 ``/sys/fs/cgroup/<controller>``, or v2 with the controller enabled); None elsewhere."""
     out: dict[str, str | None] = {}
-    for ctl in ("pids", "memory"):
+    for ctl in ("pids", "memory", "cpu"):
         out[ctl] = None
         for root in (f"/sys/fs/cgroup/{ctl}", "/sys/fs/cgroup"):
             try:
@@ -342,6 +360,8 @@ def _cgroup_roots() -> dict[str, str | None]:
 
 
 _GROUP_IDS = count()  # unique cgroup names when several threads start sandboxes
+SANDBOX_CPUS = 1.0  # the cpu controller's bound on one sandbox, in cores (where the hierarchy offers one)
+_CPU_PERIOD_US = 100_000
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_limited_exec.py")
 
 
@@ -358,17 +378,22 @@ class _Cgroups:
         _sweep_stale_groups(tuple(r for r in roots.values() if r))
         name = f"numlearn-sandbox-{os.getpid()}-{next(_GROUP_IDS)}-{time.monotonic_ns()}"
         v2 = roots["pids"] is not None and roots["pids"] == roots["memory"]
-        settings = {"pids": [("pids.max", str(max_pids))],
+        # the cpu controller: the sandbox's processes together get at most SANDBOX_CPUS cores' time
+        quota = str(int(SANDBOX_CPUS * _CPU_PERIOD_US))
+        cpu = [("cpu.max", f"{quota} {_CPU_PERIOD_US}")] if v2 else [("cpu.cfs_period_us", str(_CPU_PERIOD_US)),
+                                                                        ("cpu.cfs_quota_us", quota)]
+        settings = {"cpu": cpu, "pids": [("pids.max", str(max_pids))],
                     "memory": ([("memory.max", str(memory_bytes)), ("memory.swap.max", "0")] if v2 else
                                [("memory.limit_in_bytes", str(memory_bytes)),
                                 ("memory.memsw.limit_in_bytes", str(memory_bytes))])}
         for ctl, root in roots.items():
-            if root is None or (v2 and ctl == "memory"):
+            if root is None or (v2 and ctl in ("memory", "cpu") and root == roots["pids"]):
                 continue
             path = os.path.join(root, name)
             try:
                 os.mkdir(path)
-                for fname, value in settings[ctl] + (settings["memory"] if v2 else []):
+                extra = (settings["memory"] + (settings["cpu"] if roots["cpu"] == root else [])) if v2 else []
+                for fname, value in settings[ctl] + extra:
                     fpath = os.path.join(path, fname)
                     if fname.startswith("memory.") and (fname.endswith("swap.max") or "memsw" in fname) \
                             and not os.path.exists(fpath):
@@ -509,6 +534,7 @@ def isolation_status() -> tuple[bool, str]:
                        "namespaces, or eval.allow_unsafe_exec=true to run without an OS boundary")
     roots = _cgroup_roots()
     pids = "pids cgroup" if roots["pids"] else "no pids cgroup: fork bombs end at the wall-clock kill"
+    pids += f", cpu cgroup ({SANDBOX_CPUS:g} core)" if roots["cpu"] else ", no cpu cgroup (RLIMIT_CPU per process)"
     mem = ("memory cgroup (its OOM kills are the memory stops)" if memory_stops_observed() else
            "no memory cgroup that counts its kills: memory bounded per process, and a MemoryError counts as the "
            "program's own error")

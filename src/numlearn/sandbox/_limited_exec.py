@@ -33,7 +33,7 @@ def rlimit_table(limits: dict) -> list:
     """The resource limits of one sandboxed program, ``(RLIMIT name, value)`` (soft = hard): the one
     table both the launcher and the fallback runner set."""
     return [("RLIMIT_CPU", limits["cpu"]), ("RLIMIT_AS", limits["mem"]), ("RLIMIT_FSIZE", limits["fsize"]),
-            ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0)]
+            ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0), ("RLIMIT_MSGQUEUE", 0)]  # no POSIX message queue bytes
 
 
 def set_rlimits(limits: dict) -> None:
