@@ -323,3 +323,45 @@ def test_jsonl_with_unicode_line_separators_inside_strings_is_read(tmp_path):
     recs = [{"instruction": "a\u2028b\x85c\x1cd", "output": "The answer is 1."}, {"instruction": "x", "output": "y"}]
     f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in recs), encoding="utf-8")
     assert read_records(f) == recs
+
+
+# -- 8. portable records ------------------------------------------------------------------------------------------
+def test_no_committed_result_names_a_machines_absolute_path():
+    """Every committed text file under results/ names what it read relative to the repository (or by hash / hub
+    id): no /work/, /root/ or /home/ path, nothing portable_text would still rewrite."""
+    import re
+
+    from numlearn.records import portable_text
+
+    root = Path(__file__).resolve().parents[1] / "results"
+    machine = re.compile(r"(?<![\w.:/])/(work|root|home)/")
+    bad = []
+    for f in sorted(root.rglob("*")):
+        if f.is_file() and f.suffix in (".json", ".md", ".csv", ".txt", ".jsonl"):
+            text = f.read_text(encoding="utf-8")
+            if machine.search(text) or portable_text(text) != text:
+                bad.append(str(f.relative_to(root)))
+    assert not bad, f"{len(bad)} file(s) with absolute paths, e.g. {bad[:3]}: python tools/portable_results.py"
+
+
+def test_portable_text_by_hand():
+    from numlearn.records import portable, portable_text
+
+    assert portable_text("/w/x/outputs/e/tiny/mle/alpha=0.0/seed=0/final") == "outputs/e/tiny/mle/alpha=0.0/seed=0/final"
+    assert portable_text("/w/shared/data/benchmarks/gsm8k/gsm8k.jsonl") == "data/benchmarks/gsm8k/gsm8k.jsonl"
+    assert portable_text("/w/shared/data") == "data" and portable_text("/w/x/data_cache/s/a.jsonl") == "data_cache/s/a.jsonl"
+    for keep in ("https://host/a/outputs/b", "/usr/bin/python3", "Qwen/Qwen2.5-1.5B", "/tmp/m/alpha-model"):
+        assert portable_text(keep) == keep
+    assert portable({"a": ["/w/outputs/x", 3], "b": "text /w/outputs/y"}) == {"a": ["outputs/x", 3], "b": "text /w/outputs/y"}
+
+
+def test_a_result_is_written_portable(tmp_path):
+    from numlearn.records import ResultRecord
+
+    r = ResultRecord(benchmark={"name": "b", "file": "/w/shared/data/benchmarks/b.jsonl"}, mode="cot",
+                     metrics={"accuracy": 0.5, "n": 2}, run={"run_dir": "/w/x/outputs/e/m/mle/alpha=0.0/seed=0"},
+                     extra={"model_path": "/w/x/outputs/e/m/mle/alpha=0.0/seed=0/final"})
+    r.write(tmp_path / "result.json")
+    d = json.loads((tmp_path / "result.json").read_text())
+    assert d["benchmark"]["file"] == "data/benchmarks/b.jsonl" and d["run"]["run_dir"].startswith("outputs/e/")
+    assert d["model_path"] == "outputs/e/m/mle/alpha=0.0/seed=0/final"

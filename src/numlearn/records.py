@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -51,6 +52,31 @@ def own_tmp(path: str | Path) -> Path:
     same file at once (ranks, a multirun's jobs) each write their own and rename it into place."""
     path = Path(path)
     return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+# -- portable records: a committed result names what it read relative to the repository, never by the absolute
+# path of the machine that wrote it (issue 58 item 8). An absolute path through one of the repository's own
+# directories keeps its tail from there (``/work/x/outputs/a`` -> ``outputs/a``); a data root's benchmark or
+# training file becomes ``data/...``, the default data root (its sha256 is recorded beside it).
+_ANCHORED = re.compile(r"(?<![\w.:/])/(?:[\w.+=@-]+/)*?(outputs|data_cache|assets)(?=/)")
+_DATA_ROOT = re.compile(r"(?<![\w.:/])/(?:[\w.+=@-]+/)*?data(?=/(?:benchmarks|train)/|[\"'`\s)]|$)")
+
+
+def portable_text(text: str) -> str:
+    """``text`` with every absolute path through ``outputs/``, ``data_cache/`` or ``assets/`` cut to start there,
+    and a data root (``.../data`` holding ``benchmarks/`` or ``train/``) written as ``data``; the rest as it is."""
+    return _DATA_ROOT.sub("data", _ANCHORED.sub(lambda m: m.group(1), text))
+
+
+def portable(tree):
+    """A JSON tree with ``portable_text`` applied to every string that is an absolute path."""
+    if isinstance(tree, dict):
+        return {k: portable(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [portable(v) for v in tree]
+    if isinstance(tree, str) and tree.startswith("/"):
+        return portable_text(tree)
+    return tree
 
 
 def write_via_tmp(path: str | Path, write) -> None:
@@ -235,7 +261,8 @@ class ResultRecord:
         return {**self.extra, **d}
 
     def write(self, path: str | Path | None = None) -> None:
-        write_atomic(path or self.path, self.to_dict())
+        """Written portable (``portable``): the paths it names are the repository's, not this machine's."""
+        write_atomic(path or self.path, portable(self.to_dict()))
 
     def for_protocol(self, protocol: str | None) -> ResultRecord | None:
         """This result under ``protocol``: itself when it was scored that way (or ``protocol`` is
