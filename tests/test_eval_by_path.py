@@ -116,3 +116,21 @@ def test_the_aggregator_refuses_a_row_that_mixes_a_model_by_path_with_run_seeds(
     dst.write_text(json.dumps(d))
     with pytest.raises(ValueError, match="mixes a model evaluated by path with a training run's seeds"):
         load_results([store])
+
+
+def test_score_check_regenerate_proves_the_completions_came_from_the_model(cli, two_models, tmp_path):
+    """Issue 58 item 3: --check --regenerate K generates K lines again from the recorded model (greedy, hf on CPU:
+    exact) and compares; the same files over another model's weights at that path fail."""
+    import shutil
+
+    from numlearn.evaluation.score import main as score_main
+
+    model = tmp_path / "model"
+    shutil.copytree(two_models["alpha-model"], model)
+    out = tmp_path / "out"
+    assert _evaluate(cli, model, out).returncode == 0
+    gens = next(out.rglob("synthetic_test/cot/generations.jsonl"))
+    assert score_main([str(gens), "--check", "--regenerate", "3"]) == 0
+    for f in two_models["beta-model"].glob("*.safetensors"):
+        shutil.copy(f, model / f.name)  # another model's weights where the result says its model is
+    assert score_main([str(gens), "--check", "--regenerate", "3"]) == 1

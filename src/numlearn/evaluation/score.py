@@ -1,6 +1,6 @@
 """Recompute metrics from generation JSONL files alone, under either protocol.
 
-    python -m numlearn.evaluation.score <generations.jsonl>... [--check [--rerun-programs]]
+    python -m numlearn.evaluation.score <generations.jsonl>... [--check [--rerun-programs] [--regenerate K]]
     python -m numlearn.evaluation.score <generations.jsonl>... --protocol official --write
 
 Nothing is generated and no program is run: each line keeps its attempts' completions and program
@@ -11,7 +11,8 @@ result.json records (a line edited after it was written), or when a line's groun
 benchmark file it pinned (sha256) gives for that problem (read from the data root; a truth that cannot be
 read here is said so, not assumed); ``--rerun-programs`` also re-executes every
 recorded program in the sandbox and compares its output with the recorded one (a forger can recompute a
-keyless chain, not what the programs print); ``--write`` stores a rescored copy as ``result.<protocol>.json``
+keyless chain, not what the programs print); ``--regenerate K`` generates K random lines again from the recorded
+model and compares them (greedy decoding: exact where the backend is deterministic, ``regenerate``); ``--write`` stores a rescored copy as ``result.<protocol>.json``
 beside it (the aggregator reads those with ``--protocol``).
 """
 
@@ -104,6 +105,37 @@ def check_truths(recs: list[dict], stored: dict, data_dir: str | Path, cache_dir
     return True, f"ground truths of {len(recs)} line(s) match the pinned benchmark file (sha256 {b.get('sha256', '')[:12]})"
 
 
+def regenerate(recs: list[dict], stored: ResultRecord, k: int, seed: int = 0) -> tuple[list[str], int]:
+    """Generate ``k`` lines again (drawn with ``seed``) from the model the result names, with its backend, dtype and
+    sampling, one prompt at a time, and return what differs from the recorded completions (``"<id> attempt <a>:
+    ..."``) and how many attempts were compared. Decoding is greedy, so where the backend is deterministic the
+    completions are equal byte for byte: the hf backend on CPU is (fp32 and bf16 alike), one prompt or a padded
+    batch (``tests/test_evaluation.py``). vLLM on a GPU is not guaranteed to be: batch composition and kernels
+    can flip a near-tie, so there a difference is a signal to look at, not proof of a forgery."""
+    import random
+
+    from .backends import get_backend
+    from .backends.base import SamplingConfig
+
+    model = stored.extra.get("model_path")
+    backend = stored.extra.get("backend") or {}
+    samp = stored.extra.get("sampling") or {}
+    if not model or not samp:
+        raise ValueError("the result records no model_path or sampling: it cannot be regenerated")
+    be = get_backend(backend.get("backend", "hf"), model, dtype=backend.get("dtype") or "float32", batch_size=1)
+    sampling = SamplingConfig(max_new_tokens=int(samp["max_new_tokens"]), temperature=float(samp.get("temperature", 0)),
+                              top_p=float(samp.get("top_p", 1.0)), stop=tuple(samp.get("stop") or ()))
+    picked = random.Random(seed).sample(recs, min(k, len(recs)))
+    diffs, n = [], 0
+    for r in picked:
+        for a, att in enumerate(r.get("attempts", [])):
+            (again,) = be.generate([att["prompt"]], sampling)
+            n += 1
+            if again != att["completion"]:
+                diffs.append(f"{r['id']} attempt {a}: recorded {att['completion'][:40]!r}, regenerated {again[:40]!r}")
+    return diffs, n
+
+
 def rerun_programs(recs: list[dict], timeout_s: float, allow_unsafe: bool = False, workers: int = 0) -> list[str]:
     """Re-execute every attempt's program (as written and as the official executor wraps it) and return
     what differs from the recorded runs: ``"<id> attempt <k> <strict|official>: ..."`` (empty: all agree).
@@ -161,6 +193,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rerun-programs", action="store_true",
                     help="with --check: re-execute every recorded program in the sandbox and compare its output")
     ap.add_argument("--write", action="store_true", help="write result.<protocol>.json beside each file")
+    ap.add_argument("--regenerate", type=int, default=0, metavar="K",
+                    help="with --check: generate K random lines again from the recorded model (greedy) and compare")
     ap.add_argument("--data-dir", type=Path, default=None,
                     help="with --check: the data root the benchmark files are read from (default: NUMLEARN_DATA_DIR, "
                          "else the evaluation's paths.data_dir); every ground truth is checked against the pinned file")
@@ -170,8 +204,10 @@ def main(argv=None) -> int:
     from numlearn.cli import configure_logging
 
     configure_logging()
-    if a.rerun_programs and not a.check:
-        ap.error("--rerun-programs is part of --check: add --check")
+    if (a.rerun_programs or a.regenerate) and not a.check:
+        ap.error("--rerun-programs and --regenerate are part of --check: add --check")
+    if a.regenerate < 0:
+        ap.error("--regenerate K: K is a number of lines >= 0")
     conf = find_conf_dir()
     if conf is not None:  # a result written before results kept their benchmark's spec names it only
         register_benchmarks(benchmark_configs(conf))
@@ -212,6 +248,12 @@ def main(argv=None) -> int:
                 print(f"{p}: --check compares under the result's own protocol; drop --protocol", file=sys.stderr)
                 return 2
             ok = main_check_one(p, stored, m, recs, (truths_ok, truth_line), a.rerun_programs)
+            if a.regenerate > 0:
+                diffs, n = regenerate(recs, stored, a.regenerate)
+                print(f"{p}: {n} attempt(s) of {min(a.regenerate, len(recs))} line(s) generated again: "
+                      + ("all completions equal" if not diffs else f"{len(diffs)} differ, e.g. {diffs[0]}"),
+                      file=sys.stderr)
+                ok = ok and not diffs
             print(f"{p}: {'matches' if ok else 'DIFFERS FROM'} {RESULT}", file=sys.stderr)
             status |= 0 if ok else 1
         if a.write:
