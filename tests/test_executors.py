@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from numlearn import pipeline
 from numlearn.executors import (
     DONE,
     FAILED,
+    PENDING,
     RUNNING,
     Executor,
+    ExecutorError,
     RecordingExecutor,
     Resources,
     Stage,
@@ -311,3 +314,82 @@ def test_a_zombie_job_process_is_failed_not_running(tmp_path):
         live.wait()
         gone.wait()
     assert ex.status(str(gone.pid)) == FAILED and not pid_alive(gone.pid)
+
+
+# -- issue 60: a finished job reads as finished, a failure does not strand its dependants, a plan runs nothing --
+def _results(folder, job_id, outcomes, tasks):
+    import pickle
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{job_id}.numlearn.json").write_text(json.dumps({"tasks": tasks}))
+    for t, o in enumerate(outcomes):
+        if o is not None:
+            with open(folder / f"{job_id}_{t}_result.pkl", "wb") as f:
+                pickle.dump((o, 0 if o == "success" else "Traceback ..."), f)
+
+
+def test_a_finished_multi_task_job_reads_as_finished_from_a_new_process(tmp_path):
+    """A new orchestrator asks for an earlier 2-task training by id: each task's result is read (submitit's
+    meta-job asserts there, which a bare except turned into FAILED and a resubmission)."""
+    from numlearn.executors import SubmititExecutor
+
+    pytest.importorskip("submitit")
+    folder = tmp_path / "submitit"
+    _results(folder, "4242", ["success", "success"], tasks=2)
+    _results(folder, "4243", ["success", "error"], tasks=2)
+    ex = SubmititExecutor("slurm", folder)  # nothing submitted by this process
+    assert ex.status("4242") == DONE and ex.status("4243") == FAILED
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    _results(folder, str(dead.pid), ["success", None], tasks=2)  # task 1 never wrote, its process is gone
+    assert SubmititExecutor("local", folder).status(str(dead.pid)) == FAILED
+    (folder / "4244_0_result.pkl").write_bytes(b"not a pickle")
+    (folder / "4244.numlearn.json").write_text(json.dumps({"tasks": 1}))
+    with pytest.raises(ExecutorError, match=r"4244_0_result.pkl: the result of task 0 of job 4244 cannot be read"):
+        ex.status("4244")  # never swallowed into a status
+
+
+def test_a_rerun_after_the_orchestrator_died_resubmits_nothing_that_finished(tmp_path):
+    from numlearn.executors import SubmititExecutor
+
+    pytest.importorskip("submitit")
+    folder = tmp_path / "submitit"
+    stages = stage_graph(_jobs(tmp_path)[:1], TRAIN, EVAL, PUB)
+    state = State(tmp_path / "s.json")
+    for i, st in enumerate(stages):  # the first orchestrator submitted all, then died; every job finished
+        state.record(st.key, str(7000 + i), "slurm")
+        _results(folder, str(7000 + i), ["success"] * st.resources.tasks_per_node, st.resources.tasks_per_node)
+    out = submit_graph(stages, SubmititExecutor("slurm", folder), State(tmp_path / "s.json"), say=lambda m: None)
+    assert out.resubmitted == [] and out.submitted == [] and sorted(out.done) == sorted(st.key for st in stages)
+
+
+class _SlurmDefault(RecordingExecutor):
+    """SLURM's default: a job whose afterok dependency failed stays PENDING for ever (DependencyNeverSatisfied)."""
+
+    def status(self, job_id):
+        return self.states.get(job_id, PENDING)
+
+
+def test_a_failed_trainings_pending_dependants_are_cancelled_and_resubmitted(tmp_path):
+    stages = stage_graph(_jobs(tmp_path)[:1], TRAIN, EVAL, PUB)
+    ex = _SlurmDefault(tmp_path / "plan")
+    submit_graph(stages, ex, State(tmp_path / "s.json"), say=lambda m: None)
+    first = {s["key"]: s["id"] for s in ex.submitted}
+    train = next(k for k in first if k.endswith("train"))
+    ex.states[first[train]] = FAILED  # the training failed; its dependants stay PENDING, as SLURM leaves them
+    said = []
+    out = submit_graph(stages, ex, State(tmp_path / "s.json"), say=said.append)
+    again = {s["key"]: s for s in ex.submitted[len(first):]}
+    assert set(again) == set(first)  # the training and every dependant, none left waiting on the dead job
+    assert sorted(ex.cancelled) == sorted(v for k, v in first.items() if k != train)
+    evaluate = next(k for k in again if "evaluate" in k)
+    assert again[evaluate]["after"] == [again[train]["id"]]
+    assert again[evaluate]["params"]["additional_parameters"] == {"kill-on-invalid-dep": "yes"}
+    assert "waited on" in " ".join(said) and out.running == []
+
+
+@pytest.mark.parametrize("study", ["ablation", "sweep", "pretrained", "chunked"])
+def test_a_study_without_a_cluster_path_refuses_executor_and_plan_and_starts_nothing(study, cli, tmp_path):
+    r = cli("numlearn.pipeline", [study, "--executor", "slurm", "--plan", "--outputs", str(tmp_path / "out")])
+    assert r.returncode == 2 and "nothing was started" in r.stderr and "table1 --rows" in r.stderr
+    assert not (tmp_path / "out").exists()

@@ -122,6 +122,9 @@ class Executor:
     def status(self, job_id: str) -> str:
         raise NotImplementedError
 
+    def cancel(self, job_id: str) -> None:
+        """Cancel a submitted job (where the scheduler would keep it waiting for ever); by default nothing."""
+
 
 def pid_alive(pid: int | str) -> bool:
     """Whether process ``pid`` runs: it exists and is not a zombie. A job killed after the pipeline that started it
@@ -166,11 +169,19 @@ class SubmititExecutor(Executor):
                                  gpus_per_node=r.gpus_per_node, cpus_per_task=r.cpus_per_task)
             return ex
         ex = submitit.SlurmExecutor(folder=self.folder)
-        params = r.slurm()
-        if after_ids:
-            params["dependency"] = "afterok:" + ":".join(after_ids)
+        params = with_dependency(r.slurm(), after_ids)
         ex.update_parameters(job_name=f"numlearn-{stage.key}".replace(" ", "_"), **params)
         return ex
+
+    def cancel(self, job_id: str) -> None:
+        """Cancel a job (a dependant left waiting on a dependency that failed)."""
+        if self.cluster == "local":
+            try:
+                os.kill(int(job_id), 15)
+            except (ProcessLookupError, ValueError):
+                pass
+            return
+        subprocess.run(["scancel", str(job_id)], check=False, capture_output=True)
 
     def submit(self, stage: Stage, after_ids: list[str]) -> str:
         env = {"NUMLEARN_JOB_RESOURCES": json.dumps({**asdict(stage.resources), "executor": self.name,
@@ -178,7 +189,41 @@ class SubmititExecutor(Executor):
         job = self._executor(stage, after_ids).submit(Command(stage.argv, env, str(stage.log) if stage.log else None,
                                                               os.getcwd()))
         self._jobs[job.job_id] = job
+        # how many tasks the job has, for a later process that asks for it by id (each task writes its own result)
+        r = stage.resources
+        (self.folder / f"{job.job_id}.numlearn.json").write_text(json.dumps({"tasks": r.nodes * r.tasks_per_node,
+                                                                              "stage": stage.key}))
         return str(job.job_id)
+
+    def tasks(self, job_id: str) -> int:
+        """The job's task count, as its submission recorded it (1 for a job submitted before it was recorded)."""
+        f = self.folder / f"{job_id}.numlearn.json"
+        try:
+            return max(1, int(json.loads(f.read_text())["tasks"]))
+        except FileNotFoundError:
+            return 1
+        except (ValueError, KeyError, TypeError) as e:
+            raise ExecutorError(f"{f} is not numlearn's record of job {job_id} ({e}): move it away") from None
+
+    def task_outcomes(self, job_id: str) -> list[str | None]:
+        """Each task's outcome from its result file (``success`` / ``error``), None for a task without one yet.
+        Read per task: submitit's multi-task ("meta") job refuses to be read that way from another process."""
+        import pickle
+
+        out = []
+        for t in range(self.tasks(job_id)):
+            f = self.folder / f"{job_id}_{t}_result.pkl"
+            if not f.exists():
+                out.append(None)
+                continue
+            try:
+                with open(f, "rb") as fh:
+                    outcome = pickle.load(fh)[0]
+            except (EOFError, pickle.UnpicklingError, IndexError, TypeError) as e:
+                raise ExecutorError(f"{f}: the result of task {t} of job {job_id} cannot be read ({type(e).__name__}: "
+                                    f"{e}); move it away and rerun (the stage is then resubmitted)") from None
+            out.append(str(outcome))
+        return out
 
     def status(self, job_id: str) -> str:
         import submitit
@@ -188,14 +233,11 @@ class SubmititExecutor(Executor):
             if not job.done():
                 return RUNNING
             return DONE if job.exception() is None else FAILED
-        tasks = sorted({int(p.name.split("_")[1]) for p in self.folder.glob(f"{job_id}_*_result.pkl")}) or [0]
-        base = submitit.Job(self.folder, job_id, tasks=tuple(tasks))
-        if base.paths.result_pickle.exists():
-            try:
-                outcome = base._get_outcome_and_result()[0]
-            except Exception:  # noqa: BLE001 - an unreadable result is a failure to resubmit
-                return FAILED
-            return DONE if outcome == "success" else FAILED
+        outcomes = self.task_outcomes(job_id)
+        if any(o is not None and o != "success" for o in outcomes):
+            return FAILED
+        if all(o == "success" for o in outcomes):
+            return DONE
         if self.cluster == "local":  # no result and this process did not submit it: its process (the id) alive?
             return RUNNING if pid_alive(job_id) else FAILED
         state = submitit.SlurmJob(self.folder, job_id).state.split()[0].upper()
@@ -206,6 +248,17 @@ class SubmititExecutor(Executor):
         while (st := self.status(job_id)) in (RUNNING, PENDING):
             time.sleep(poll_s)
         return st
+
+
+def with_dependency(params: dict, after_ids: list[str]) -> dict:
+    """``params`` (``Resources.slurm``) with the ``afterok`` dependency on ``after_ids`` and, with one,
+    ``--kill-on-invalid-dep=yes``: SLURM's default leaves a dependant of a failed job PENDING for ever
+    (DependencyNeverSatisfied); this way it ends, and the rerun resubmits it."""
+    if not after_ids:
+        return dict(params)
+    extra = dict(params.get("additional_parameters") or {})
+    extra["kill-on-invalid-dep"] = "yes"
+    return {**params, "dependency": "afterok:" + ":".join(after_ids), "additional_parameters": extra}
 
 
 class RecordingExecutor(Executor):
@@ -220,9 +273,7 @@ class RecordingExecutor(Executor):
     def submit(self, stage: Stage, after_ids: list[str]) -> str:
         from submitit.slurm.slurm import _make_sbatch_string
 
-        params = stage.resources.slurm()
-        if after_ids:
-            params["dependency"] = "afterok:" + ":".join(after_ids)
+        params = with_dependency(stage.resources.slurm(), after_ids)
         job_id = str(1000 + len(self.submitted))
         sbatch = _make_sbatch_string(command=" ".join(stage.argv), folder=str(self.folder),
                                      job_name=f"numlearn-{stage.key}".replace(" ", "_"), **params)
@@ -233,6 +284,10 @@ class RecordingExecutor(Executor):
 
     def status(self, job_id: str) -> str:
         return self.states.get(job_id, FAILED)
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled = [*getattr(self, "cancelled", []), job_id]
+        self.states[job_id] = "CANCELLED"
 
 
 # -- the state file and the submission ------------------------------------------------------------------
@@ -283,6 +338,7 @@ def submit_graph(stages: list[Stage], executor: Executor, state: State, say=prin
         status[k] = executor.wait(ids[k])
         (out.done if status[k] == DONE else out.failed).append(k)
 
+    renewed: set[str] = set()  # stages submitted anew in this pass: a dependant waiting on their old job is stale
     for st in (_depth_order(stages) if executor.waits else stages):
         if (rec := state.jobs.get(st.key)) is not None:
             s = executor.status(rec["id"])
@@ -290,12 +346,18 @@ def submit_graph(stages: list[Stage], executor: Executor, state: State, say=prin
                 out.done.append(st.key)
                 ids[st.key], status[st.key] = rec["id"], DONE
                 continue
-            if s in (RUNNING, PENDING):
+            stale = [k for k in st.after if k in renewed]
+            if s in (RUNNING, PENDING) and not (stale and s == PENDING):
                 say(f"[{executor.name}] {st.key}: job {rec['id']} {s.lower()}: not submitted again")
                 out.running.append(st.key)
                 ids[st.key], status[st.key] = rec["id"], s
                 continue
-            say(f"[{executor.name}] {st.key}: job {rec['id']} failed: resubmitted")
+            if s == PENDING:  # it waits on a job that failed and was resubmitted: it would wait for ever
+                executor.cancel(rec["id"])
+                say(f"[{executor.name}] {st.key}: job {rec['id']} waited on {', '.join(stale)}'s failed job: "
+                    "cancelled and resubmitted")
+            else:
+                say(f"[{executor.name}] {st.key}: job {rec['id']} failed: resubmitted")
             out.resubmitted.append(st.key)
         if any(status.get(k) == FAILED for k in st.after):
             out.blocked.append(st.key)
@@ -318,6 +380,7 @@ def submit_graph(stages: list[Stage], executor: Executor, state: State, say=prin
                 continue
         after_ids = [] if executor.waits else [ids[k] for k in st.after if status.get(k) != DONE]
         job_id = executor.submit(st, after_ids)
+        renewed.add(st.key)
         state.record(st.key, job_id, executor.name)
         ids[st.key], status[st.key] = job_id, PENDING
         if st.key not in out.resubmitted:
