@@ -94,7 +94,8 @@ JOBS ?= 4
 REUSE ?= 0
 SWEEP_SEEDS ?= 3
 TABLE1_SEEDS ?= $(SEEDS)
-TABLE1_OUT ?= results/table1_tiny
+# the committed tables are the maintainers' (make table1-publish); a user's seeds go under outputs/
+TABLE1_OUT ?= outputs/table1_tiny/tables
 PIPELINE = $(PY) -m numlearn.pipeline
 REUSE_FLAG = $(if $(filter 1,$(REUSE)),--reuse)
 # What a user runs: everything under outputs/ (run dirs, the user's own store outputs/store, the tables
@@ -115,7 +116,7 @@ table1-publish: setup ## Maintainers: Table 1 rows into the committed store resu
 smoke: setup ## Train -> evaluate -> store -> table on 2 rows, 40 steps, 10 problems, in a temp dir (~2 min); prints what to expect
 	$(PIPELINE) smoke --jobs 2
 
-table1-tables: setup ## Table 1's tables from the store only, no training (TABLE1_SEEDS=8 | 3-7 | 0,1,2; TABLE1_OUT=dir)
+table1-tables: setup ## Table 1's tables from the store only, no training (TABLE1_SEEDS=8 | 3-7 | 0-7; TABLE1_OUT=dir, default outputs/table1_tiny/tables)
 	$(PIPELINE) tables --seeds $(TABLE1_SEEDS) --out $(TABLE1_OUT) --command "make table1-tables TABLE1_SEEDS=$(TABLE1_SEEDS) TABLE1_OUT=$(TABLE1_OUT)"
 
 # The val-chosen rows' weights were picked on seeds 0..SWEEP_SEEDS-1, whose models are also in Table 1:

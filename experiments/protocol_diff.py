@@ -73,7 +73,7 @@ def main(argv=None) -> int:
     register_benchmarks(benchmark_configs())  # the result files name their benchmark
     rows_md = []
     total = Counter()
-    for f in a.files:
+    for f in sorted(a.files):  # a shell glob's order is the locale's: the table is in the path's order
         p = Path(f)
         bench = ResultRecord.read(p.with_name(RESULT)).benchmark_name
         recs, _ = read_jsonl(p)
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     from numlearn.provenance import git_info
 
     g = git_info()
-    first = ResultRecord.read(Path(a.files[0]).with_name(RESULT)).to_dict()
+    first = ResultRecord.read(Path(sorted(a.files)[0]).with_name(RESULT)).to_dict()
     head = [f"- command: `python {' '.join(shlex.quote(x) for x in sys.argv)}`",
             f"- date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; git: {g['commit']}{' (dirty)' if g['dirty'] else ''}; "
             f"machine: {platform.platform()}",

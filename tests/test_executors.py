@@ -393,3 +393,15 @@ def test_a_study_without_a_cluster_path_refuses_executor_and_plan_and_starts_not
     r = cli("numlearn.pipeline", [study, "--executor", "slurm", "--plan", "--outputs", str(tmp_path / "out")])
     assert r.returncode == 2 and "nothing was started" in r.stderr and "table1 --rows" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_table1_tables_for_the_sweeps_seeds_refuses_in_one_line_and_writes_nothing(cli, tmp_path):
+    """Issue 66 item 1: make help's example (TABLE1_SEEDS=0,1,2) ended in pandas' message after rewriting the
+    committed tables; the val-chosen rows have no fresh seed there. One line naming the fix; nothing written."""
+    out = tmp_path / "tables"
+    r = cli("numlearn.pipeline", ["tables", "--seeds", "0,1,2", "--out", str(out)])
+    assert r.returncode == 2 and not out.exists()
+    assert "is a seed the weight selection trained (0,1,2), so its verdict has no fresh seed" in r.stderr
+    assert "Columns must be same length" not in r.stderr
+    make = (REPO / "Makefile").read_text()
+    assert re.search(r"^TABLE1_OUT \?= outputs/", make, flags=re.M)  # a user's tables never over the committed

@@ -152,6 +152,12 @@ def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_s
         sub = df[df["label"].isin([label, base_label])]
         if fresh:  # estimated on the seeds the weight selection never trained, for the row and for MLE
             sub = sub[~sub["seed"].astype(int).isin(set(selection_seeds))]
+            if sub[sub["label"] == label].empty:
+                given = sorted(set(df.loc[df["label"] == label, "seed"].astype(int)))
+                raise ValueError(
+                    f"row {label}: every seed given ({','.join(map(str, given))}) is a seed the weight selection "
+                    f"trained ({','.join(map(str, selection_seeds))}), so its verdict has no fresh seed; give seeds "
+                    "beyond them (e.g. TABLE1_SEEDS=0-7 or 3-7), or leave the chosen weights out (--selected none)")
         for kind, name, higher in primary:
             b = _interval(sub, kind, name, n_boot, 0, level)
             if b is None:
