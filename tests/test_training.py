@@ -492,3 +492,37 @@ def test_the_recipe_plans_without_weights_then_fits_its_plan(tmp_path, monkeypat
     assert meta["status"] == "complete" and meta["fused_linear_loss"] is False
     assert {k: meta[k] for k in ("aux_effective_weight", "grad_accum", "templates", "recipe_sha")} == \
         {k: record[k] for k in ("aux_effective_weight", "grad_accum", "templates", "recipe_sha")}
+
+
+def test_resuming_a_tied_head_warns_of_no_missing_key_but_other_keys_still_warn(caplog):
+    """Issue 66 item 5: every resume of a tied-head model said "There were missing keys in the checkpoint
+    model loaded: ['lm_head.weight']". The head is the embedding: tied again, nothing said; a real missing key
+    still warns."""
+    import logging
+
+    from torch.nn.modules.module import _IncompatibleKeys
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from numlearn.training.hf_trainer import NumlearnTrainer
+
+    cfg = AutoConfig.for_model("qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_propagation()  # transformers' loggers do not reach the root logger by default
+    t = object.__new__(NumlearnTrainer)  # the method alone, on a model (no data, no arguments)
+    t.model = AutoModelForCausalLM.from_config(cfg)
+    assert t.tied_head_keys() == {"lm_head.weight"}
+    with caplog.at_level(logging.WARNING):
+        t._issue_warnings_after_load(_IncompatibleKeys(missing_keys=["lm_head.weight"], unexpected_keys=[]))
+    assert "missing keys" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        t._issue_warnings_after_load(_IncompatibleKeys(missing_keys=["lm_head.weight", "model.norm.weight"],
+                                                       unexpected_keys=[]))
+    assert "missing keys in the checkpoint model loaded: ['model.norm.weight']" in caplog.text
+    untied = object.__new__(NumlearnTrainer)
+    untied.model = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        "qwen2", vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, tie_word_embeddings=False))
+    assert untied.tied_head_keys() == set()
+    hf_logging.disable_propagation()

@@ -52,6 +52,26 @@ class NumlearnTrainer(_NumlearnTrainer):
                 "set train.max_grad_norm) and re-run with force=true")
         return grad_norm
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """A resumed checkpoint of a model with a tied head has no ``lm_head.weight`` (it is the embedding, saved
+        once): transformers warned of a missing key on every resume. The head is tied again and nothing is said;
+        any other missing or unexpected key is still warned about."""
+        tied = self.tied_head_keys()
+        missing = [k for k in load_result.missing_keys if k not in tied]
+        if tied and len(missing) < len(load_result.missing_keys):
+            self.model.tie_weights()
+            load_result = type(load_result)(missing_keys=missing, unexpected_keys=load_result.unexpected_keys)
+        super()._issue_warnings_after_load(load_result)
+
+    def tied_head_keys(self) -> set[str]:
+        """The output head's parameter names where it is tied to the input embedding (empty otherwise)."""
+        m = self.model
+        out, inp = getattr(m, "get_output_embeddings", lambda: None)(), getattr(m, "get_input_embeddings", lambda: None)()
+        if out is None or inp is None or out.weight is not inp.weight:
+            return set()
+        return {n for n, p in m.named_parameters(remove_duplicate=False) if p is out.weight and n != next(
+            (k for k, q in m.named_parameters() if q is inp.weight), None)}
+
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         from accelerate.state import PartialState
