@@ -405,3 +405,58 @@ def test_table1_tables_for_the_sweeps_seeds_refuses_in_one_line_and_writes_nothi
     assert "Columns must be same length" not in r.stderr
     make = (REPO / "Makefile").read_text()
     assert re.search(r"^TABLE1_OUT \?= outputs/", make, flags=re.M)  # a user's tables never over the committed
+
+
+def test_the_state_file_has_a_lock_a_second_orchestrator_stops_in_one_line(tmp_path):
+    import multiprocessing
+
+    first = State(tmp_path / "s.json").lock()
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+
+    def second():
+        try:
+            State(tmp_path / "s.json").lock()
+            q.put("locked")
+        except ExecutorError as e:
+            q.put(str(e))
+
+    p = ctx.Process(target=second)
+    p.start()
+    p.join(30)
+    said = q.get(timeout=5)
+    assert "is held by another orchestrator" in said and "run the same command again" in said
+    assert first._lock is not None
+
+
+def test_a_sigterm_to_the_orchestrator_stops_its_jobs_as_ctrl_c_does(tmp_path):
+    """Issue 60 item 3: the local job's process group is stopped, exit 130, nothing orphaned."""
+    import os
+    import signal
+    import sys
+    import time
+
+    marker = tmp_path / "child.pid"
+    code = (f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(120)")
+    orchestrator = subprocess.Popen([sys.executable, "-c", (
+        "import sys\n"
+        "from numlearn import pipeline\n"
+        "from numlearn.jobs import Job, run_jobs\n"
+        "pipeline._stop_on_sigterm()\n"
+        f"from pathlib import Path\njob = Job('sleeper', [('train', [sys.executable, '-c', {code!r}])], Path({str(tmp_path / 'j.log')!r}))\n"
+        "try:\n    run_jobs([job], 1, live=False)\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")])
+    for _ in range(100):
+        if marker.exists() and marker.read_text():
+            break
+        time.sleep(0.2)
+    child = int(marker.read_text())
+    orchestrator.send_signal(signal.SIGTERM)
+    assert orchestrator.wait(30) == 130
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the job's process {child} outlived the orchestrator")

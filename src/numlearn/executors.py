@@ -296,10 +296,31 @@ class State:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._lock = None
         try:
             self.jobs: dict[str, dict] = json.loads(self.path.read_text())["jobs"] if self.path.exists() else {}
         except (ValueError, KeyError) as e:
             raise ExecutorError(f"{self.path} is not a pipeline state file ({e}): move it away to start over") from None
+
+    def lock(self) -> State:
+        """Hold the state file's lock (``flock`` on ``<state>.lock``) for this process's submissions: a second
+        orchestrator of the same study stops in one line instead of submitting every stage twice. Released when
+        the process ends."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise ExecutorError(f"{self.path} is held by another orchestrator (pid {holder}): wait for it, or stop "
+                                "it, then run the same command again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock = fd
+        return self
 
     def record(self, key: str, job_id: str, executor: str) -> None:
         self.jobs[key] = {"id": job_id, "executor": executor, "submitted": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -401,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging()
     a.invocation = "python -m numlearn.pipeline " + shlex.join(argv)
+    _stop_on_sigterm()
     from numlearn.cli import override_range_problem
 
     for o in (*getattr(a, "override", ()), *getattr(a, "base_override", ())):
@@ -415,6 +416,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("numlearn.pipeline: interrupted; every step resumes: run the same command again")
         return 130
+
+
+def _stop_on_sigterm() -> None:
+    """A SIGTERM (a scheduler's stop, ``kill``) ends the orchestrator as Ctrl-C does: the running steps' process
+    groups are stopped (``numlearn.jobs.run_jobs``), nothing is left orphaned, and the same command resumes."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def notebook() -> int:
@@ -518,7 +534,7 @@ def _released_submitted(a, jobs, study) -> int:
         return 0
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm",
                                    a.outputs / "pipeline" / "submitit")
-    state = ex.State(a.outputs / "pipeline" / f"released.{a.executor}.state.json")
+    state = ex.State(a.outputs / "pipeline" / f"released.{a.executor}.state.json").lock()
     out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
     if out.failed or out.blocked:
         _say(f"[released] failed: {', '.join(out.failed)}; run the same command again to resubmit them")
@@ -672,7 +688,7 @@ def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
         return 0
     folder = a.outputs / "pipeline" / "submitit"
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm", folder)
-    state = ex.State(a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json")
+    state = ex.State(a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json").lock()
     out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
     _say(f"[{a.executor}] {len(out.submitted)} submitted, {len(out.resubmitted)} resubmitted, {len(out.running)} "
          f"running or pending, {len(out.done)} done (state: {state.path})")
