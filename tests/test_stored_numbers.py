@@ -90,7 +90,7 @@ def test_a_library_caller_gets_the_same_refusal():
     (["table1", "--jobs", "0", "--plan"], "--jobs: '0': give an integer >= 1"),
     (["table1", "--rows", "del:nan", "--plan"], "alpha 'nan' must be a finite number >= 0"),
     (["table1", "--rows", "del:-1", "--plan"], "alpha '-1' must be a finite number >= 0"),
-    (["sweep", "--grid", "del=0.1,inf", "--plan"], "alpha 'inf' must be a finite number >= 0"),
+    (["sweep", "--grid", "del=0.1,inf"], "alpha 'inf' must be a finite number >= 0"),
     (["table1", "--override", "train.learning_rate=nan", "--plan"], "train.learning_rate=nan: must be"),
 ])
 def test_the_pipeline_refuses_bad_seeds_jobs_weights_and_overrides(cli, argv, says):

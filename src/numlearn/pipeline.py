@@ -418,6 +418,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _refuse_cluster_flags(a) -> None:
+    """A study without a cluster path (sweep, ablation, pretrained, chunked) refuses ``--executor`` and ``--plan``
+    in one line before anything starts (``ablation --plan`` used to start training here and orphan it)."""
+    if a.cmd not in ("table1", "released") and (getattr(a, "executor", "local") != "local" or getattr(a, "plan", False)):
+        flags = " ".join(f for f, on in (("--executor " + str(getattr(a, "executor", "")),
+                                          getattr(a, "executor", "local") != "local"),
+                                         ("--plan", getattr(a, "plan", False))) if on)
+        raise PipelineError(f"{a.cmd} runs on this machine's worker pool only, with no plan and no cluster executor "
+                            f"({flags} given: nothing was started); drop {flags}, or run its rows on a cluster as "
+                            "table1 --rows ... --executor slurm, which plans (--plan) and submits")
+
+
 def _stop_on_sigterm() -> None:
     """A SIGTERM (a scheduler's stop, ``kill``) ends the orchestrator as Ctrl-C does: the running steps' process
     groups are stopped (``numlearn.jobs.run_jobs``), nothing is left orphaned, and the same command resumes."""
@@ -566,13 +578,7 @@ def _dispatch(a) -> int:
     live = {"auto": None, "on": True, "off": False}.get(getattr(a, "live", "auto"))
     if a.cmd == "study":
         _study_as_table1(a)
-    if a.cmd not in ("table1", "released") and (getattr(a, "executor", "local") != "local" or getattr(a, "plan", False)):
-        flags = " ".join(f for f, on in (("--executor " + str(getattr(a, "executor", "")),
-                                          getattr(a, "executor", "local") != "local"),
-                                         ("--plan", getattr(a, "plan", False))) if on)
-        raise PipelineError(f"{a.cmd} runs on this machine's worker pool only, with no plan and no cluster executor "
-                            f"({flags} given: nothing was started); drop {flags}, or run its rows on a cluster as "
-                            "table1 --rows ... --executor slurm, which plans (--plan) and submits")
+    _refuse_cluster_flags(a)
     if a.cmd in ("table1", "tables"):
         rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
         rows += [r for r in selected_rows(a.selected) if r not in rows]
