@@ -3,12 +3,12 @@ it, and its checksum. A missing or altered file is an error that says where to g
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from numlearn.data.sources import DataError, read_records
+from numlearn.rundirs import file_sha256
 
 from .extract import last_boxed, strict_truth
 from .spec import BenchmarkSpec
@@ -26,12 +26,7 @@ class Problem:
             object.__setattr__(self, "raw_answer", self.answer)
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_file = file_sha256  # the one file hash (numlearn.rundirs), under the name the evaluator's callers use
 
 
 # A loader turns one record of a benchmark file into (id, question, raw answer). Adding a
