@@ -353,30 +353,28 @@ def check_output_writable(argv: list[str], prog: str) -> None:
 
 def uncreatable(path: str) -> str | None:
     """Why the directory ``path`` cannot be created (a file in the way, ``/dev/null/x``, a pseudo-filesystem
-    such as ``/proc``, no permission), or None when it exists or can be: the missing levels are made and removed
-    again, so nothing is left behind."""
+    such as ``/proc``, no permission), or None when it exists or can be. Probed with a uniquely named directory
+    made and removed in its nearest existing ancestor: nothing is left behind, and the ranks of one launch,
+    which all run this check at once, never touch each other's probe."""
+    import tempfile
+
     p = Path(path).expanduser().absolute()
-    made = []
+    q = p
+    while not q.exists() and q != q.parent:
+        q = q.parent
+    if p.exists():
+        return None if p.is_dir() else f"{p} is not a directory"
+    if not q.is_dir():
+        return f"{q} is not a directory"
     try:
-        missing = []
-        q = p
-        while not q.exists() and q != q.parent:
-            missing.append(q)
-            q = q.parent
-        if not q.is_dir():
-            return f"{q} is not a directory"
-        for d in reversed(missing):
-            d.mkdir()
-            made.append(d)
-        return None
+        probe = tempfile.mkdtemp(prefix=".numlearn-probe-", dir=q)
     except OSError as e:
         return e.strerror or str(e)
-    finally:
-        for d in reversed(made):
-            try:
-                d.rmdir()
-            except OSError:
-                pass
+    try:
+        os.rmdir(probe)
+    except OSError:
+        pass
+    return None
 
 
 def _read_only(p: Path) -> bool:

@@ -308,6 +308,8 @@ class State:
         the process ends."""
         import fcntl
 
+        if self._lock is not None:
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -321,6 +323,18 @@ class State:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock = fd
         return self
+
+    def unlock(self) -> None:
+        """Release the lock (the command's submissions are done)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> State:
+        return self.lock()
+
+    def __exit__(self, *exc) -> None:
+        self.unlock()
 
     def record(self, key: str, job_id: str, executor: str) -> None:
         self.jobs[key] = {"id": job_id, "executor": executor, "submitted": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -546,8 +546,8 @@ def _released_submitted(a, jobs, study) -> int:
         return 0
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm",
                                    a.outputs / "pipeline" / "submitit")
-    state = ex.State(a.outputs / "pipeline" / f"released.{a.executor}.state.json").lock()
-    out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
+    with ex.State(a.outputs / "pipeline" / f"released.{a.executor}.state.json") as state:  # one orchestrator
+        out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
     if out.failed or out.blocked:
         _say(f"[released] failed: {', '.join(out.failed)}; run the same command again to resubmit them")
         return 1
@@ -694,8 +694,8 @@ def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
         return 0
     folder = a.outputs / "pipeline" / "submitit"
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm", folder)
-    state = ex.State(a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json").lock()
-    out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
+    with ex.State(a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json") as state:
+        out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
     _say(f"[{a.executor}] {len(out.submitted)} submitted, {len(out.resubmitted)} resubmitted, {len(out.running)} "
          f"running or pending, {len(out.done)} done (state: {state.path})")
     if out.failed or out.blocked:

@@ -170,6 +170,8 @@ def load_results(paths: list[str | Path], protocol: str | None = None, skip_bad:
         model, loss = mixed[mixed > 1].index[0]
         raise ValueError(f"row {model} / {loss} mixes a model evaluated by path with a training run's seeds: they are "
                          "not seeds of one recipe; aggregate them apart (or give the evaluated model its own name)")
+    df = df.drop(columns="adhoc")  # the frame the tables are built from, as before: its column layout decides the
+    # order of pandas' float sums, and the committed tables are byte-identical to it
     if df["protocol"].nunique() > 1:
         raise ValueError(f"results mix evaluation protocols {sorted(df['protocol'].unique())}; pass --protocol "
                          "strict or --protocol official (rescore with numlearn.evaluation.score --write)")
