@@ -228,7 +228,9 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
             continue
         _check_typed_override(arg, prog)
         if (problem := override_range_problem(arg)) is not None:  # a sweep's values too (-m: no compose check)
-            sys.exit(f"{prog}: error: {problem}: fix the value (its schema: numlearn.schema)")
+            from numlearn.schema import range_refusal
+
+            sys.exit(f"{prog}: error: {range_refusal([problem])}")
         key, value = arg.split("=", 1)
         if key.startswith("+") and not key.startswith("++") and "." in key:
             _check_added_key(root, key.lstrip("+"), prog)
@@ -272,7 +274,7 @@ def check_composes(argv: list[str], config_name: str, prog: str) -> None:
                  f"{f' ({full})' if full else ''}: fix the key or value there (its schema: numlearn.schema)")
     except Exception:  # noqa: BLE001 - anything else (a bad override's grammar, a missing file): Hydra says it
         return
-    from numlearn.schema import range_problems
+    from numlearn.schema import range_problems, range_refusal
 
     target = cfg.get("eval_dir") if config_name == "evaluate" else cfg.get("run_dir")
     if target is not None and (why := uncreatable(str(target))) is not None:
@@ -280,8 +282,7 @@ def check_composes(argv: list[str], config_name: str, prog: str) -> None:
         sys.exit(f"{prog}: error: cannot create the {key.replace('_', ' ')} {target}: {why}; point paths.output_dir "
                  f"(or {key}) at a writable directory")
     if problems := range_problems(cfg):  # a value outside its schema's range: refused before anything is written
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        sys.exit(f"{prog}: error: {problems[0]}{more}: fix the value (its schema: numlearn.schema)")
+        sys.exit(f"{prog}: error: {range_refusal(problems)}")
 
 
 _IO_ERRNOS = {28: "no space left on the device", 122: "disk quota exceeded", 30: "a read-only file system",

@@ -406,7 +406,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for o in (*getattr(a, "override", ()), *getattr(a, "base_override", ())):
         if (problem := override_range_problem(o)) is not None:  # before any job: each would refuse it anyway
-            _say(f"numlearn.pipeline: error: --override {problem}: fix the value (its schema: numlearn.schema)")
+            from numlearn.schema import range_refusal
+
+            _say(f"numlearn.pipeline: error: --override {range_refusal([problem])}")
             return 2
     try:
         return _dispatch(a)

@@ -72,30 +72,23 @@ def weight(text: str) -> float:
     return a
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (``--jobs``)."""
+def int_at_least(lo: int):
+    """An argparse type: an integer >= ``lo`` (``--jobs``: 1, ``--from-seed``: 0); anything else one line."""
     import argparse
 
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= 1")
-    return n
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = lo - 1
+        if n < lo:
+            raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= {lo}")
+        return n
+
+    return parse
 
 
-def nonneg_int(text: str) -> int:
-    """An argparse type: an integer >= 0 (a seed)."""
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= 0")
-    return n
+positive_int, nonneg_int = int_at_least(1), int_at_least(0)
 
 
 def _fmt(x: float) -> str:

@@ -455,11 +455,16 @@ def range_problems(cfg) -> list[str]:
     return out
 
 
+def range_refusal(problems: list[str]) -> str:
+    """The one line every entry point refuses out-of-range values with: the first, how many more, the fix."""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{problems[0]}{more}: fix the value (its schema: numlearn.schema)"
+
+
 def check_ranges(cfg) -> None:
     """``ValueError`` naming the first value outside its range (``range_problems``) and the fix."""
     if problems := range_problems(cfg):
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ValueError(f"{problems[0]}{more}: fix the value (its schema: numlearn.schema)")
+        raise ValueError(range_refusal(problems))
 
 
 # a model directory named for its role, not its model: the label is its parent's name (data_cache/qwen-coder/hf)

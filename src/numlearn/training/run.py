@@ -385,12 +385,13 @@ class TrainRecipe:
             log.warning(f"{run_dir / 'final'} has damaged weights ({'; '.join(bad)}): not complete, "
                         "training again (from the last checkpoint, if any)")
         if run_is_complete(run_dir) and not cfg.get("force", False) and not cfg.get("dry_run", False):
-            have = RunRecord.of_run_dir(run_dir).recipe
+            done = RunRecord.of_run_dir(run_dir)  # read once: its recipe and the hashes of its inputs
+            have = done.recipe
             if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
                 raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
                                  f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
                                  "experiment_name=<new name>, or replace that run with force=true")
-            stored = RunRecord.of_run_dir(run_dir).extra.get("inputs") or {}
+            stored = done.extra.get("inputs") or {}
             if diff := input_differences(stored, self.inputs(records="records_sha256" in stored)):
                 raise ValueError(f"{run_dir} holds a complete run trained on other data ({'; '.join(diff[:3])}): the "
                                  "same recipe on changed data is another run; give it a run dir of its own with "
