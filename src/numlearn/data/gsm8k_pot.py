@@ -288,9 +288,10 @@ def cached_programs(path: str | Path, cache_dir: str | Path) -> dict[int, dict]:
     model's code); the cached counts say which."""
     import hashlib
 
+    from numlearn.rundirs import file_sha256
     from numlearn.sandbox import isolation_status
 
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = file_sha256(path)
     key = hashlib.sha256(f"{VERSION}\n{digest}".encode()).hexdigest()[:16]
     cached = Path(cache_dir) / "gsm8k_pot" / f"{key}.json"
     if cached.is_file():
