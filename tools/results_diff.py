@@ -71,7 +71,11 @@ def file_differences(old: str, new: str, name: str) -> list[str]:
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
+    r = subprocess.run(["git", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"results_diff: error: git {' '.join(args[:2])} failed ({r.stderr.strip()[:200]}): run it "
+                         "in the checkout whose results/ it compares")
+    return r.stdout
 
 
 def main(argv: list[str]) -> int:
