@@ -438,3 +438,21 @@ def test_a_study_of_another_kind_or_a_misspelt_key_is_one_line(tmp_path, capsys,
     f.write_text("name: s\nrowz: [mle]\n")
     with pytest.raises(ValueError, match="Key 'rowz' not in 'StudyConfig'"):
         load_study_config(f)
+
+
+def test_a_paper_preset_gets_its_own_rows_not_the_tiny_models_chosen_weights(recorded, capsys):
+    """Issue 60 item 6: ``table1 --experiment table1_qwen2.5-1.5b`` once added the tiny sweep's val-chosen
+    weights silently (22 jobs instead of 13); now the paper rows alone, and a line says why. A file given
+    explicitly is still used, and said."""
+    calls, sel = recorded
+    assert pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--seeds", "1"]) == 0
+    assert [r.label for r in calls["plan"][0]] == list(pipeline.TABLE1_LOSSES)
+    assert calls["tables"][3]["selected"] is None
+    assert "the tiny model's" in capsys.readouterr().err
+    calls.clear()
+    assert pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--seeds", "1", "--selected", str(sel)]) == 0
+    assert [r.label for r in calls["plan"][0]][-2:] == ["del:0.01", "dist2:1.0"]
+    assert f"adding the chosen weights of {sel}" in capsys.readouterr().err
+    calls.clear()
+    assert pipeline.main(["table1", "--seeds", "1"]) == 0  # the tiny recipe: its own sweep's choice, as before
+    assert calls["tables"][3]["selected"] == pipeline.SELECTED

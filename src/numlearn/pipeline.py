@@ -43,16 +43,19 @@ from pathlib import Path
 
 from numlearn.jobs import Job, PipelineError, report_failures, run_jobs
 from numlearn.planning import (
+    AUTO_SELECTED,
     Request,
     Row,
     _fmt,
     configured_run_roots,
+    configured_value,
     nonneg_int,
     parse_seeds,
     pending_seeds,
     plan,
     plan_rows,
     positive_int,
+    rate_row,
     seeds_arg,
     selected_arg,
     selected_rows,
@@ -85,8 +88,8 @@ def _grid(cfg) -> dict[str, tuple[float, ...]]:
 
 
 # The named studies' definitions, read once from conf/study (their comments say why each row and grid point).
-_TABLE1, _SWEEP, _ABLATION, _CHUNKED, _PRETRAINED = (study(n) for n in ("table1", "sweep", "ablation", "chunked",
-                                                                        "pretrained"))
+_TABLE1, _SWEEP, _ABLATION, _CHUNKED, _PRETRAINED, _MLE_LR = (
+    study(n) for n in ("table1", "sweep", "ablation", "chunked", "pretrained", "mle_lr"))
 EXPERIMENT = str(_TABLE1.experiment)
 TABLE1_LOSSES = tuple(_TABLE1.rows)
 TABLE1_OUT = Path(_TABLE1.out)
@@ -107,6 +110,7 @@ PRETRAINED_EXPERIMENT = str(_PRETRAINED.experiment)
 PRETRAINED_ROWS = tuple(_PRETRAINED.rows)
 PRETRAINED_PRIMARY = str(_PRETRAINED.primary_benchmark)
 PRETRAINED_OUT = Path(_PRETRAINED.out)
+MLE_LR_OUT = Path(_MLE_LR.out)
 # The declared headline family of every study (issue 40), fixed before its tables are rebuilt: each row minus MLE
 # on the study's primary CoT accuracy and on held-out digit accuracy, Holm-adjusted together (both the bootstrap
 # and the paired-t p); distance and digit NLL are secondary, reported uncorrected as exploratory.
@@ -133,6 +137,7 @@ class Family:
     selection_seeds: tuple[int, ...] = (0, 1, 2)
     family_metrics: tuple[str, ...] = FAMILY_METRICS
     family: tuple[str, ...] = ()
+    baseline: str = "mle"  # the row every other is compared with (the tuned MLE's label: mle_lr0.006)
 
 
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
@@ -150,6 +155,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
     stage = Path(tempfile.mkdtemp(prefix="numlearn-tables-"))
     try:
         args = ["--exclude-benchmarks", TEST_EXCLUDE, "--out", str(stage), "--command", command,
+                *(["--baseline", report.baseline] if report.baseline != "mle" else []),
                 *(["--selected", str(selected)] if selected is not None and selected.is_file() else [])]
         with contextlib.redirect_stdout(io.StringIO()):  # every table goes to files; the console gets one
             rc = aggregate.main([*runs, *args])
@@ -278,8 +284,9 @@ def _table1_parsers(sub) -> None:
     _running(p)
     p.add_argument("--rows", default=None, help="comma-separated rows, loss[:alpha][+key=value...] (default: "
                    f"{','.join(TABLE1_LOSSES)}); the sweep's chosen weights are added")
-    p.add_argument("--selected", type=selected_arg, default=SELECTED,
-                   help="the sweep's chosen weights (rows labelled val-chosen); none: no chosen weights")
+    p.add_argument("--selected", type=selected_arg, default=AUTO_SELECTED,
+                   help="the sweep's chosen weights (rows labelled val-chosen); none: no chosen weights; auto (default): "
+                        f"{SELECTED} for {EXPERIMENT}, none for a paper preset")
     p.add_argument("--out", type=Path, default=TABLE1_OUT)
     p.add_argument("--compare-with", type=Path, default=None, metavar="STORE",
                    help="compare this run's result files with that store (the committed results/runs) and end "
@@ -302,7 +309,7 @@ def _table1_parsers(sub) -> None:
     p.add_argument("--from-seed", type=nonneg_int, default=None,
                    help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
     p.add_argument("--rows", default=None)
-    p.add_argument("--selected", type=selected_arg, default=SELECTED)
+    p.add_argument("--selected", type=selected_arg, default=AUTO_SELECTED)
     p.add_argument("--out", type=Path, default=TABLE1_OUT)
 
 
@@ -336,6 +343,12 @@ def _grid_parsers(sub) -> None:
     p.add_argument("--base-override", action="append", default=[], metavar="KEY=VALUE",
                    help="a Hydra override the missing bases train with (and a complete base is checked against)")
     p.add_argument("--out", type=Path, default=PRETRAINED_OUT)
+    p = sub.add_parser("mle-lr", help="MLE tuned as the numeric losses are: its learning rate chosen on validation, "
+                                      "then every Table 1 row minus the tuned MLE on fresh seeds (conf/study/mle_lr)")
+    _common(p, "3-7")
+    _running(p)
+    p.add_argument("--sweep-seeds", default="3", help="seeds of the validation sweep (a count, range or list)")
+    p.add_argument("--out", type=Path, default=MLE_LR_OUT)
     p = sub.add_parser("chunked", help="tokenizers that group digits: MLE single vs chunked, the numeric losses on "
                                        "number tokens at their validation-chosen weights")
     _common(p, "8")
@@ -418,6 +431,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("numlearn.pipeline: interrupted; every step resumes: run the same command again")
         return 130
+
+
+def _chosen_weights(a) -> Path | None:
+    """``--selected auto``: the tiny sweep's chosen weights for the tiny recipe only -- they were chosen on the
+    tiny model, so a paper preset gets the paper's rows (and is told so); a file given for a paper preset is
+    used, and said."""
+    if a.selected == AUTO_SELECTED:
+        if a.experiment == EXPERIMENT:
+            return SELECTED
+        _say(f"[{a.cmd}] {a.experiment}: its rows only; the chosen weights of {SELECTED} are the tiny model's "
+             f"({EXPERIMENT}), not added (give --selected FILE to add a sweep's)")
+        return None
+    if a.selected is not None and a.experiment != EXPERIMENT and Path(a.selected).is_file():
+        _say(f"[{a.cmd}] {a.experiment}: adding the chosen weights of {a.selected} as rows (val-chosen)")
+    return a.selected
 
 
 def _refuse_cluster_flags(a) -> None:
@@ -582,6 +610,7 @@ def _dispatch(a) -> int:
         _study_as_table1(a)
     _refuse_cluster_flags(a)
     if a.cmd in ("table1", "tables"):
+        a.selected = _chosen_weights(a)
         rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
         rows += [r for r in selected_rows(a.selected) if r not in rows]
         if extra := tuple(getattr(a, "override", None) or ()):
@@ -620,6 +649,8 @@ def _dispatch(a) -> int:
         return chunked(a, seeds, live)
     if a.cmd == "pretrained":
         return pretrained(a, seeds, live)
+    if a.cmd == "mle-lr":
+        return mle_lr(a, seeds, live)
     grid = parse_grid(a.grid)
     command = a.command or ("make sweep-alpha SWEEP_SEEDS=" + str(a.seeds) + "".join(
         f" SWEEP_{k.upper()}={','.join(_fmt(x) for x in v)}" for k, v in grid.items()))
@@ -880,6 +911,68 @@ def chunked(a, seeds: list[int], live) -> int:
     (out / "tokenisation.md").write_text(aggregate.header(command, out_dir=out) + "\n\n## MLE chunked minus MLE "
                                          "single-digit\n\n" + md + "\n")
     _say(f"[chunked] tables -> {a.out}, tokenisation effect -> {out / 'tokenisation.md'}")
+    return 0
+
+
+def mle_lr(a, seeds: list[int], live) -> int:
+    """MLE tuned as the numeric losses are (issue 59 item 3; conf/study/mle_lr.yaml), three resumable stages:
+    (1) the loss at each learning rate of the study's grid on the sweep's seeds, validation split; (2) the rate
+    with the highest mean validation accuracy (``reporting.sweep.select_rate``; ``--out``/sweep: the table and
+    selected_lr.json); (3) that rate on ``seeds``, which the choice never saw, and the tables of Table 1's rows
+    (untuned MLE and the numeric losses at their val-chosen weights) on those seeds, each minus the tuned MLE."""
+    import json
+
+    import pandas as pd
+
+    from numlearn.reporting import sweep
+
+    (loss, lrs), = _grid(_MLE_LR).items()
+    sweep_seeds = parse_seeds(a.sweep_seeds)
+    if overlap := sorted(set(seeds) & set(sweep_seeds)):
+        raise PipelineError(f"--seeds {a.seeds} holds seeds the rate is chosen on ({seeds_arg(overlap)}): the tuned "
+                            f"MLE is estimated on the others, e.g. --seeds {max(sweep_seeds) + 1}-7")
+    default = float(configured_value([f"experiment={a.experiment}"], "train.learning_rate"))
+    rates = {rate_row(loss, lr, default): float(lr) for lr in lrs}
+    common = dict(experiment=a.experiment, store=a.store, outputs=a.outputs, reuse=a.reuse, say=_say)
+    if (failed := _run_planned([Request(tuple(rates), tuple(sweep_seeds), (VAL_EVAL,))], common, a.jobs, live)):
+        return failed
+    command = a.command or f"{_MLE_LR.command} MLE_LR_SEEDS={a.seeds} SWEEP_SEEDS={a.sweep_seeds}" + (
+        " REUSE=1" if a.reuse else "")
+    runs = [Path(r) / "eval" / TEST_EXCLUDE for r in table1_runs(list(rates), sweep_seeds, experiment=a.experiment,
+                                                                   store=a.store)]
+    out = a.out / "sweep"
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = sweep.main([*(str(r) for r in runs if r.is_dir()), "--out", str(out), "--command", command])
+    if rc != 0:
+        return rc
+    labels = {(r.extra[0].split("=", 1)[1] if r.extra else r.loss): lr for r, lr in rates.items()}
+    chosen, pending = sweep.select_rate(pd.read_csv(out / "sweep.csv"), VAL_COLUMN, labels, default, len(sweep_seeds))
+    if chosen is None:
+        raise PipelineError(f"the rate sweep is not finished: {', '.join(pending)} on {VAL_COLUMN!r}; run the same "
+                            "command again with --reuse")
+    (out / "selected_lr.json").write_text(json.dumps(chosen, indent=2) + "\n")
+    with (out / "sweep.md").open("a", encoding="utf-8") as f:
+        f.write(f"\n## Learning rate chosen on `{VAL_COLUMN}` (highest mean accuracy; ties: the recipe's "
+                f"{default:g})\n\n" + "".join(f"- {lr}: {acc:.1f} %\n" for lr, acc in chosen["candidates"].items())
+                + f"\n{loss}: learning rate {chosen['learning_rate']:g} (row `{chosen['label']}`)\n")
+    tuned = rate_row(loss, chosen["learning_rate"], default)
+    rows = list(dict.fromkeys([Row(loss), tuned, *selected_rows(Path(_MLE_LR.selected))]))
+    if (failed := _run_planned([Request(tuple(rows), tuple(seeds))], common, a.jobs, live)):
+        return failed
+    _say(f"[mle-lr] {loss} at learning rate {chosen['learning_rate']:g} (the recipe's: {default:g}); every row "
+         f"minus `{chosen['label']}` on seeds {seeds_arg(seeds)}")
+    return build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=Path(_MLE_LR.selected),
+                        command=command, report=Family(primary_benchmark=str(_MLE_LR.primary_benchmark),
+                                                       selection_seeds=tuple(sweep_seeds), baseline=chosen["label"],
+                                                       family_metrics=tuple(_MLE_LR.family_metrics)))
+
+
+def _run_planned(requests, common: dict, jobs: int, live) -> int:
+    """Plan ``requests`` and run what is missing; 1 after naming the failures, 0 when every job ended."""
+    todo = plan(requests, **common)
+    if (failed := run_jobs(todo, jobs, live=live) if todo else []):
+        report_failures(failed, _say)
+        return 1
     return 0
 
 

@@ -119,9 +119,14 @@ def seeds_arg(seeds: list[int]) -> str:
     return ",".join(map(str, seeds))
 
 
-def selected_arg(value: str) -> Path | None:
-    """``--selected``: a selected.json, or ``none`` (no chosen weights added, no row labelled val-chosen)."""
-    return None if value.strip().lower() == "none" else Path(value)
+AUTO_SELECTED = "auto"
+
+
+def selected_arg(value: str) -> Path | str | None:
+    """``--selected``: a selected.json, ``none`` (no chosen weights added, no row labelled val-chosen), or
+    ``auto`` (the default: the tiny sweep's choice for the tiny recipe, none for any other preset)."""
+    v = value.strip().lower()
+    return None if v == "none" else AUTO_SELECTED if v == AUTO_SELECTED else Path(value)
 
 
 def selected_rows(path: Path | None) -> list[Row]:
@@ -137,6 +142,25 @@ def selected_rows(path: Path | None) -> list[Row]:
 
 def sweep_rows(grid: dict[str, tuple[float, ...]]) -> list[Row]:
     return [Row("mle")] + [Row(loss, a) for loss, alphas in grid.items() for a in alphas]
+
+
+def rate_row(loss: str, lr: float, default: float) -> Row:
+    """``loss`` trained at learning rate ``lr`` (an MLE learning-rate sweep): the plain row at the recipe's own
+    rate ``default``, else a row with its own run dirs, ``loss.tag={loss}_lr{lr:g}`` (mle_lr0.0015)."""
+    if float(lr) == float(default):
+        return Row(loss)
+    return Row(loss, None, (f"loss.tag={loss}_lr{float(lr):g}", f"train.learning_rate={_fmt(lr)}"))
+
+
+def configured_value(overrides: list[str], key: str):
+    """The value at ``key`` (``train.learning_rate``) of the training config ``overrides`` compose."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from numlearn.cli import conf_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        return OmegaConf.select(compose("config", overrides=overrides), key)
 
 
 def parse_grid(items: list[str], base: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:

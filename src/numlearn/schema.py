@@ -344,7 +344,7 @@ class EvalConfig:
     teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
 
 
-STUDY_KINDS = ("rows", "sweep", "ablation", "chunked", "pretrained", "released")
+STUDY_KINDS = ("rows", "sweep", "lr_sweep", "ablation", "chunked", "pretrained", "released")
 
 
 @dataclass
@@ -355,11 +355,11 @@ class StudyConfig:
     reads it; a new loss enters a study by a line here, a new study is a new file."""
 
     name: str = MISSING
-    kind: str = "rows"  # rows | sweep | ablation | chunked | pretrained | released (STUDY_KINDS)
+    kind: str = "rows"  # rows | sweep | lr_sweep | ablation | chunked | pretrained | released (STUDY_KINDS)
     experiment: str = "table1_tiny"  # the conf/experiment preset every row trains and evaluates with
     rows: List[str] = field(default_factory=list)  # loss[:alpha][+key=value...]
     controls: List[str] = field(default_factory=list)  # ablation: fixed-weight control rows
-    grid: Dict[str, List[float]] = field(default_factory=dict)  # sweep, ablation, chunked: weights per loss
+    grid: Dict[str, List[float]] = field(default_factory=dict)  # weights per loss (lr_sweep: learning rates)
     model: Optional[str] = None  # ablation: the store's model level; chunked: the model preset
     evaluate: List[str] = field(default_factory=list)  # the sweep's evaluation (eval=synthetic_val)
     select_on: Optional[str] = None  # sweep: the column weights are chosen on

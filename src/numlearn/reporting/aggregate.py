@@ -353,10 +353,11 @@ class Selection:
 
 
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
-              select: Selection = Selection()) -> dict:
+              select: Selection = Selection(), baseline: str = "mle") -> dict:
     """Table 1 of the result files under ``paths`` into ``out_dir``: table1.md (accuracy, distance, digit
     accuracy, each row minus MLE with its seed-aware interval, held-out digit metrics), table1.csv/.tex,
-    summary.json and the comparisons' CSVs."""
+    summary.json and the comparisons' CSVs. ``baseline``: the row the others are compared with (a loss or a
+    loss config's tag: the tuned MLE, ``mle_lr0.006``)."""
     skipped: list[str] = []
     df, sel = load_table_results(paths, select.protocol, select.skip_bad, skipped, select.exclude_benchmarks,
                                  select.selected)
@@ -377,8 +378,10 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     if not dig.empty:
         dig.to_csv(out / "digits.csv")
         md += ["", "## Per-digit-position accuracy (%, mean over seeds)", "", dig.reset_index().to_markdown(index=False)]
-    boot = paired_bootstrap(df, n_boot=n_boot)
-    md += _versus_mle_sections(df, out, boot, n_boot) + _heldout_section(df, out, n_boot)
+    if baseline != "mle" and not (df["loss"] == baseline).any():  # a table without MLE has no comparisons
+        raise ValueError(f"no {baseline!r} row to compare with (rows: {', '.join(sorted(set(df['loss'])))})")
+    boot = paired_bootstrap(df, baseline=baseline, n_boot=n_boot)
+    md += _versus_mle_sections(df, out, boot, n_boot, baseline) + _heldout_section(df, out, n_boot, baseline)
     text = "\n".join(md) + "\n"
     (out / "table1.md").write_text(text)
     summary = {"n_results": len(df), "protocol": df["protocol"].iloc[0], "columns": cols, "rows": [list(ix) for ix in mean.index],
@@ -421,7 +424,8 @@ def _distance_section(df: pd.DataFrame, out: Path, mean: pd.DataFrame, std: pd.D
     return md
 
 
-def _versus_mle_sections(df: pd.DataFrame, out: Path, boot: pd.DataFrame, n_boot: int) -> list[str]:
+def _versus_mle_sections(df: pd.DataFrame, out: Path, boot: pd.DataFrame, n_boot: int, baseline: str = "mle"
+                         ) -> list[str]:
     """Each row minus MLE with its seed-aware interval: accuracy (``boot``; vs_mle.csv, with the problem-only
     interval as a secondary table) and numerical distance (distance_vs_mle.csv)."""
     md: list[str] = []
@@ -429,27 +433,33 @@ def _versus_mle_sections(df: pd.DataFrame, out: Path, boot: pd.DataFrame, n_boot
         boot.to_csv(out / "vs_mle.csv", index=False)
         piv = _vs_mle_pivot(boot, lambda r: _ci_cell(r))
         ppiv = _vs_mle_pivot(boot, lambda r: _ci_cell(r, "problem_ci_low", "problem_ci_high"))
-        md += ["", "## Each loss minus MLE, accuracy points (seed-aware 95% CI)", "",
+        md += ["", f"## Each loss minus {_name(baseline)}, accuracy points (seed-aware 95% CI)", "",
                "Hierarchical bootstrap: training seeds and problems both resampled (seeds paired when both "
                "losses ran the same ones). `*` = significant: the interval excludes zero and each side has "
                f">= {MIN_SEEDS_FOR_SIGNIFICANCE} seeds. With one seed the interval is undefined (n/a).", "",
                piv.reset_index().to_markdown(index=False),
                "", "### Secondary: problem-only 95% CI (seeds averaged first; ignores seed-to-seed variation)", "",
                ppiv.reset_index().to_markdown(index=False)]
-    dboot = paired_bootstrap(df, n_boot=n_boot, score=DISTANCE)
+    dboot = paired_bootstrap(df, baseline=baseline, n_boot=n_boot, score=DISTANCE)
     if not dboot.empty:
         dboot.to_csv(out / "distance_vs_mle.csv", index=False)
         piv = _vs_mle_pivot(dboot, lambda r: _ci_cell(r, f=".3f"))
-        md += ["", "## Each loss minus MLE, numerical distance (seed-aware 95% CI; negative = closer to the truth)", "",
+        md += ["", f"## Each loss minus {_name(baseline)}, numerical distance (seed-aware 95% CI; negative = closer to "
+               "the truth)", "",
                "The same hierarchical bootstrap over each seed's mean distance on the problems whose prediction is a "
                "number (the table's per-seed metric). `*` as above.", "", piv.reset_index().to_markdown(index=False)]
     return md
 
 
-def _heldout_section(df: pd.DataFrame, out: Path, n_boot: int) -> list[str]:
+def _name(baseline: str) -> str:
+    """The baseline as the tables' headings name it: MLE, or a tagged row in backticks (`mle_lr0.006`)."""
+    return "MLE" if baseline == "mle" else f"`{baseline}`"
+
+
+def _heldout_section(df: pd.DataFrame, out: Path, n_boot: int, baseline: str = "mle") -> list[str]:
     """The held-out teacher-forced digit metrics (one value per trained model) and each row minus MLE on
     them (heldout_vs_mle.csv)."""
-    held_md, held = heldout_table(df, n_boot=n_boot)
+    held_md, held = heldout_table(df, baseline=baseline, n_boot=n_boot)
     if not held_md:
         return []
     md = ["", "## Held-out teacher-forced digit metrics (one value per trained model; mean ± std over seeds)", "",
@@ -464,7 +474,7 @@ def _heldout_section(df: pd.DataFrame, out: Path, n_boot: int) -> list[str]:
                             axis=1)
         h["metric"] = h["metric"].map(lambda k: HELDOUT_METRICS[k][0])
         hp = h.pivot_table(index=["model", "loss"], columns="metric", values="cell", aggfunc="first")
-        md += ["", "Each loss minus MLE (seed bootstrap 95% CI, paired by seed; `*` as above):", "",
+        md += ["", f"Each loss minus {_name(baseline)} (seed bootstrap 95% CI, paired by seed; `*` as above):", "",
                hp.reset_index().to_markdown(index=False)]
     return md
 
@@ -484,6 +494,8 @@ def main(argv=None) -> int:
                     help="comma-separated benchmarks to leave out (e.g. the validation split weights were chosen on)")
     ap.add_argument("--selected", default=None, metavar="SELECTED_JSON",
                     help="the sweep's chosen weights (results/sweep_alpha/selected.json): label those rows val-chosen")
+    ap.add_argument("--baseline", default="mle", help="the row every other is compared with: a loss or a loss "
+                                                      "config's tag (default mle; the tuned MLE: mle_lr0.006)")
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
@@ -494,7 +506,8 @@ def main(argv=None) -> int:
         check_output_dir(a.out, "--out")
         select = Selection(protocol=a.protocol, skip_bad=a.skip_bad, selected=a.selected,
                            exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b))
-        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, select=select)
+        res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, select=select,
+                        baseline=a.baseline)
     except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line
         print(f"numlearn.reporting.aggregate: error: {e}", file=sys.stderr)
         return 2

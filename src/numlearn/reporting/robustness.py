@@ -50,6 +50,7 @@ DEFAULT_PRIMARY = (("accuracy", "synthetic_test (cot)", True), ("distance", "syn
 MIN_SEEDS_FOR_VERDICT = 5  # below this: per-seed values and a sign count, no significance call
 ALPHA = 0.05
 HEADING = "Which 'minus MLE' differences hold"
+BASELINE = "mle"  # every comparison is a row minus this one, as in table1.md's "minus MLE" tables
 
 
 def primary_metrics(benchmark: str = "synthetic_test") -> tuple:
@@ -68,11 +69,12 @@ def _scale(kind: str, name: str) -> float:
     return HELDOUT_METRICS[name][1] if kind == "heldout" else 100.0 if kind == "accuracy" else 1.0
 
 
-def _interval(df: pd.DataFrame, kind: str, name: str, n_boot: int, seed: int, level: float):
-    """The bootstrap row (delta, ci_low, ci_high, p_boot, n_seeds...) of the one row of ``df`` that is not MLE,
-    minus MLE, in the table's units (``df``: that row and MLE only; labels are recomputed on it)."""
+def _interval(df: pd.DataFrame, kind: str, name: str, n_boot: int, seed: int, level: float,
+              baseline: str = BASELINE):
+    """The bootstrap row (delta, ci_low, ci_high, p_boot, n_seeds...) of the one row of ``df`` that is not
+    ``baseline``, minus it, in the table's units (``df``: those two rows only; labels are recomputed on it)."""
     if kind == "heldout":
-        _, t = heldout_table(df, n_boot=n_boot, seed=seed, level=level, with_p=True)
+        _, t = heldout_table(df, baseline=baseline, n_boot=n_boot, seed=seed, level=level, with_p=True)
         if t.empty:
             return None
         t = t[t["metric"] == name]
@@ -85,7 +87,7 @@ def _interval(df: pd.DataFrame, kind: str, name: str, n_boot: int, seed: int, le
     score = Score("correct_by_id", 100.0, False) if kind == "accuracy" else DISTANCE
     # every column is bootstrapped although one is kept: the columns share one random stream (and one seed
     # draw per replicate), as in table1.md
-    t = paired_bootstrap(df, n_boot=n_boot, seed=seed, score=score, level=level, with_p=True)
+    t = paired_bootstrap(df, baseline=baseline, n_boot=n_boot, seed=seed, score=score, level=level, with_p=True)
     if t.empty:
         return None
     t = t[t["column"] == name]
@@ -132,17 +134,17 @@ def grid_edges(selected: dict | None) -> dict[tuple[str, float], str]:
     return out
 
 
-BASELINE = "mle"  # every comparison is a row minus this one, as in table1.md's "minus MLE" tables
-
 
 def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_seeds=(), selected=None,
-               n_boot: int = 20000, level: float = 0.95, family_metrics=()) -> pd.DataFrame:
-    """One row per (table row, primary metric), each minus ``BASELINE``. ``family``: declared (row, alpha,
-    metric) comparisons; ``family_metrics``: every other row on these metrics is in the family too (a
-    study's rule)."""
+               n_boot: int = 20000, level: float = 0.95, family_metrics=(), baseline: str = BASELINE) -> pd.DataFrame:
+    """One row per (table row, primary metric), each minus ``baseline`` (a row's loss or tag: ``mle``, or the
+    tuned MLE ``mle_lr0.006``). ``family``: declared (row, alpha, metric) comparisons; ``family_metrics``: every
+    other row on these metrics is in the family too (a study's rule)."""
     df = df.copy()
     df["label"] = _row_label(df)
-    base_label = df.loc[df["loss"] == BASELINE, "label"].iloc[0]
+    if not (df["loss"] == baseline).any():
+        raise ValueError(f"no {baseline!r} row to compare with (rows: {', '.join(sorted(set(df['label'])))})")
+    base_label = df.loc[df["loss"] == baseline, "label"].iloc[0]
     chosen = df.groupby("label")["chosen"].first() if "chosen" in df else pd.Series(dtype=bool)
     edges = grid_edges(selected)
     rows = []
@@ -159,7 +161,7 @@ def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_s
                     f"trained ({','.join(map(str, selection_seeds))}), so its verdict has no fresh seed; give seeds "
                     "beyond them (e.g. TABLE1_SEEDS=0-7 or 3-7), or leave the chosen weights out (--selected none)")
         for kind, name, higher in primary:
-            b = _interval(sub, kind, name, n_boot, 0, level)
+            b = _interval(sub, kind, name, n_boot, 0, level, baseline)
             if b is None:
                 continue
             a_s, m_s = _per_seed(sub, label, kind, name), _per_seed(sub, base_label, kind, name)
@@ -218,7 +220,9 @@ def _p(v: float) -> str:
     return "n/a" if not np.isfinite(v) else "<0.001" if v < 0.001 else f"{v:.3f}"
 
 
-def render(t: pd.DataFrame, family, selection_seeds, n_boot: int, command, out: Path, family_metrics=()) -> str:
+def render(t: pd.DataFrame, family, selection_seeds, n_boot: int, command, out: Path, family_metrics=(),
+           baseline: str = BASELINE) -> str:
+    base = "MLE" if baseline == BASELINE else f"`{baseline}`"
     show = pd.DataFrame({
         "loss": [r.loss + (f" [grid edge: {r.grid_edge}]" if r.grid_edge else "") for r in t.itertuples()],
         "metric": t["metric"],
@@ -228,26 +232,26 @@ def render(t: pd.DataFrame, family, selection_seeds, n_boot: int, command, out: 
         "p boot / t": [f"{_p(r.p_boot)} / {_p(r.p_t)}" for r in t.itertuples()],
         "Holm p boot / t": [f"{_p(r.holm_p_boot)} / {_p(r.holm_p_t)}" if r.in_family else "not in family"
                             for r in t.itertuples()],
-        "seeds better than MLE": t["better_seeds"], "verdict": t["verdict"]})
+        f"seeds better than {base}": t["better_seeds"], "verdict": t["verdict"]})
     fam = ", ".join([*(f"every row on {m}" for m in family_metrics),
                      *(f"{r}{':' + repr(a) if a is not None else ''}/{m}" for r, a, m in family)]) or "none declared"
     n_fam = int(t["in_family"].sum())
     small = t[t["n_seeds"] < MIN_SEEDS_FOR_VERDICT]
     lines = [header(command, "numlearn.reporting.robustness", out), "",
-             f"## {HEADING}", "",
+             f"## {HEADING.replace('MLE', base)}", "",
              f"Two intervals per difference: the two-level bootstrap (seeds, then problems; paired seeds; {n_boot} "
              "resamples) and the paired t over the per-seed differences, each with its two-sided p. The declared "
              f"family ({n_fam} comparisons: {fam}) is Holm-adjusted, both p-values; **significant** = in "
              f"the family, >= {MIN_SEEDS_FOR_VERDICT} seeds, both adjusted p < {ALPHA}. Outside the family: "
              f"exploratory, uncorrected. Below {MIN_SEEDS_FOR_VERDICT} seeds: no verdict."
              + (f" Val-chosen rows (fresh): estimated on the seeds the weight selection never trained (selection "
-                f"seeds {','.join(map(str, selection_seeds))} left out, for the row and for MLE)."
+                f"seeds {','.join(map(str, selection_seeds))} left out, for the row and for {base})."
                 if selection_seeds else ""), "",
              show.to_markdown(index=False)]
     if not small.empty:
         lines += ["", "### Per-seed differences (rows below the verdict's seed count)", "",
                   pd.DataFrame({"loss": small["loss"], "metric": small["metric"], "seeds": small["seeds"],
-                                "row minus MLE, per seed": small["per_seed_diff"],
+                                f"row minus {base}, per seed": small["per_seed_diff"],
                                 "better": small["better_seeds"]}).to_markdown(index=False)]
     return "\n".join(lines) + "\n"
 
@@ -269,6 +273,8 @@ def main(argv=None) -> int:
                                                           "left out of the val-chosen rows' estimates")
     ap.add_argument("--primary-benchmark", default="synthetic_test",
                     help="the benchmark whose CoT accuracy and distance are primary (the held-out digit metrics are too)")
+    ap.add_argument("--baseline", default=BASELINE, help="the row every other is compared with: a loss or a loss "
+                                                         "config's tag (default mle; the tuned MLE: mle_lr0.006)")
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
@@ -287,7 +293,7 @@ def main(argv=None) -> int:
             raise ValueError(f"--family-metrics {','.join(bad)}: choose among accuracy, distance, "
                              f"{', '.join(HELDOUT_METRICS)}")
         t = robustness(df, primary=primary_metrics(a.primary_benchmark), family=family, selection_seeds=sel_seeds,
-                       selected=selected, n_boot=a.big_boot, family_metrics=fam_metrics)
+                       selected=selected, n_boot=a.big_boot, family_metrics=fam_metrics, baseline=a.baseline)
     except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, a bad family entry: one line
         print(f"numlearn.reporting.robustness: error: {e}", file=sys.stderr)
         return 2
@@ -297,7 +303,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t.to_csv(out / "robustness.csv", index=False)
-    text = render(t, family, sel_seeds, a.big_boot, a.command, out, fam_metrics)
+    text = render(t, family, sel_seeds, a.big_boot, a.command, out, fam_metrics, a.baseline)
     (out / "robustness.md").write_text(text)
     print(text)
     return 0

@@ -100,6 +100,29 @@ def select(table: pd.DataFrame, column: str, expect: dict[str, list[float]] | No
     return chosen, pending
 
 
+def select_rate(table: pd.DataFrame, column: str, rates: dict[str, float], default: float,
+                min_seeds: int) -> tuple[dict | None, list[str]]:
+    """One loss's learning-rate sweep (``rates``: each row's label -> its rate): the rate with the highest mean
+    accuracy on ``column`` (a validation split); ties go to the recipe's own rate ``default``, then to the lower
+    rate. ``(None, pending)`` while a rate has fewer than ``min_seeds`` seeds there ('label (n seeds)')."""
+    if any(m in column.lower() for m in TEST_MARKERS):
+        raise ValueError(f"a learning rate is chosen on a validation split, never {column!r}")
+    sub = table[table["column"] == column]
+    pending, cands = [], []
+    for label, lr in rates.items():
+        g = sub[sub["loss"] == label]
+        n = int(g["seeds"].iloc[0]) if len(g) else 0
+        if n < min_seeds:
+            pending.append(f"{label} ({n} seeds)")
+        else:
+            cands.append((float(g["acc"].iloc[0]), float(lr), label, n))
+    if pending:
+        return None, pending
+    acc, lr, label, n = max(cands, key=lambda c: (c[0], c[1] == float(default), -c[1]))
+    return {"label": label, "learning_rate": lr, "accuracy": acc, "seeds": n, "column": column,
+            "default": float(default), "candidates": {f"{c[1]:g}": c[0] for c in sorted(cands, key=lambda c: c[1])}}, []
+
+
 def plot(table: pd.DataFrame, path: Path) -> None:
     # the object API, not pyplot: no global backend switch (a notebook calling this keeps its own)
     from matplotlib.figure import Figure
