@@ -235,6 +235,45 @@ def probe_step(a, p: dict, runs: dict) -> dict:
     return res
 
 
+class Summary(dict):
+    """The check's summary.json, written after every step (issue 60 item 8): a step that times out or fails is
+    recorded as such, and what was measured before it is kept."""
+
+    def __init__(self, path: Path, **fields):
+        super().__init__(fields, steps={})
+        self.path = path
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self, indent=2, default=str) + "\n")
+
+    def step(self, name: str, fn, *needs: str):
+        """Run ``fn()`` as step ``name`` (skipped when a step it ``needs`` did not end ok), record its result or
+        why it has none, write the file; the result, or None."""
+        if bad := [n for n in needs if self["steps"].get(n) != "ok"]:
+            self["steps"][name] = f"skipped: {', '.join(bad)} did not end ok"
+            self.save()
+            return None
+        t0 = time.time()
+        try:
+            value = fn()
+        except subprocess.TimeoutExpired as e:
+            self["steps"][name] = f"timed out after {e.timeout} s"
+            self[name] = {"status": "timed out", "timeout_s": e.timeout, "command": " ".join(map(str, e.cmd))[:2000]}
+            value = None
+        except (SystemExit, Exception) as e:  # noqa: BLE001 -- a failed step is recorded; the next ones still run
+            self["steps"][name] = "failed"
+            self[name] = {"status": "failed", "error": str(e)[-3000:]}
+            value = None
+        else:
+            self["steps"][name] = "ok"
+            self[name] = value
+        self[name + "_s"] = round(time.time() - t0, 1)
+        self.save()
+        print(f"[{name}] {self['steps'][name]}: {json.dumps(self[name], default=str)[:2000]}", flush=True)
+        return value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU: plan, checks, 2 steps of a shrunken model")
@@ -256,54 +295,62 @@ def main(argv=None) -> int:
     p = plan(a)
     print("gpu_check plan:", json.dumps({"dry_run": a.dry_run, "steps": a.steps, "prompts": a.prompts, **p}, indent=2),
           flush=True)
+    work = a.work / ("dry_run" if a.dry_run else "gpu")
+    summary = Summary((a.out if not a.dry_run else work) / "summary.json", **_header(a))
+    summary.save()
+    recs = summary.step("records", lambda: long_records(
+        Path(p["gsm8k_train"]), Path(p["tokenizer"]), work / "long_records.jsonl", n=8 if a.dry_run else 4 * a.steps + 8,
+        target_tokens=200 if a.dry_run else 1400))
+    runs = {}
+    for loss in ("mle", "del"):
+        runs[loss] = summary.step(f"train_{loss}", lambda loss=loss: train_one(a, p, loss, recs["file"], work / "runs"),
+                                  "records")
+    summary.step("generation", lambda: generate(a, p, str(Path(runs["del"]["run_dir"]) / "final")), "train_del")
+    summary.step("loss_stage", lambda: loss_stage(a, work))
+    summary.step("probe", lambda: probe_step(a, p, runs), "train_mle", "train_del")
+    summary["train"] = {k: v for k, v in runs.items() if v is not None}
+    summary["del_cost_over_mle"] = cost = _cost(runs)
+    summary["goals_met"] = {k: (cost[k] < GOALS[k]) for k in cost} if not a.dry_run else "not measured in a dry run"
+    summary["wall_s"] = round(time.time() - t_start, 1)
+    summary.save()
+    failed = [k for k, v in summary["steps"].items() if v != "ok"]
+    print(f"gpu_check: {'dry run ' if a.dry_run else ''}done in {summary['wall_s']} s -> {summary.path}; "
+          f"DEL over MLE: {cost}" + (f"; not ok: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+def _header(a) -> dict:
+    """What the summary records before any step: the check, the device, the packages, the provenance."""
     import accelerate
     import torch
     import transformers
 
-    work = a.work / ("dry_run" if a.dry_run else "gpu")
-    recs = long_records(Path(p["gsm8k_train"]), Path(p["tokenizer"]), work / "long_records.jsonl",
-                        n=8 if a.dry_run else 4 * a.steps + 8, target_tokens=200 if a.dry_run else 1400)
-    print(f"records: {recs}", flush=True)
-    runs = {}
-    for loss in ("mle", "del"):
-        runs[loss] = train_one(a, p, loss, recs["file"], work / "runs")
-        print(f"{loss}: {json.dumps(runs[loss])}", flush=True)
-    gen = generate(a, p, str(Path(runs["del"]["run_dir"]) / "final"))
-    print(f"generation: {gen}", flush=True)
-    stage = loss_stage(a, work)
-    print("loss stage:\n" + "\n".join(f"[grad W in {k}] rc={v['rc']}\n{v['table']}" for k, v in stage.items()),
-          flush=True)
-    probe = probe_step(a, p, runs)
-    print(f"probe: {json.dumps(probe)[:2000]}", flush=True)
+    head = {"check": "gpu_check", "dry_run": a.dry_run,
+            "command": "bash experiments/gpu_check.sh" + (" --dry-run" if a.dry_run else ""),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
+            "packages": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "accelerate": accelerate.__version__}, "goals": GOALS}
+    try:
+        from numlearn.provenance import provenance
 
+        head.update(provenance())
+    except Exception:  # noqa: BLE001 -- provenance is best effort on a bare machine
+        pass
+    return head
+
+
+def _cost(runs: dict) -> dict:
+    """DEL's time and peak-memory cost over MLE, from the two trainings where both were measured."""
     cost = {}
-    m, d = runs["mle"], runs["del"]
+    m, d = runs.get("mle"), runs.get("del")
+    if not (m and d):
+        return cost
     if m["steady"] and d["steady"] and m["steady"].get("tokens_per_s") and d["steady"].get("tokens_per_s"):
         cost["time"] = round(m["steady"]["tokens_per_s"] / d["steady"]["tokens_per_s"] - 1, 4)
     if m["peak_gpu_memory"] and d["peak_gpu_memory"]:
         cost["memory"] = round(d["peak_gpu_memory"]["allocated_bytes"] / m["peak_gpu_memory"]["allocated_bytes"] - 1, 4)
-    summary = {
-        "check": "gpu_check", "dry_run": a.dry_run, "command": "bash experiments/gpu_check.sh" + (" --dry-run" if a.dry_run else ""),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": round(time.time() - t_start, 1),
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
-        "packages": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "accelerate": accelerate.__version__},
-        "records": recs, "train": runs, "generation": gen, "loss_stage": stage, "probe": probe,
-        "del_cost_over_mle": cost, "goals": GOALS,
-        "goals_met": {k: (cost[k] < GOALS[k]) for k in cost} if not a.dry_run else "not measured in a dry run",
-    }
-    try:
-        from numlearn.provenance import provenance
-
-        summary.update(provenance())
-    except Exception:  # noqa: BLE001 -- provenance is best effort on a bare machine
-        pass
-    out = a.out if not a.dry_run else work
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"gpu_check: {'dry run ' if a.dry_run else ''}done in {summary['wall_s']} s -> {out / 'summary.json'}; "
-          f"DEL over MLE: {cost}", flush=True)
-    return 0
+    return cost
 
 
 if __name__ == "__main__":

@@ -306,6 +306,7 @@ def test_gpu_check_dry_run(tmp_path, data_dir, shared_tokenizers):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     s = json.loads((tmp_path / "dry_run" / "summary.json").read_text())
     assert s["dry_run"] and s["records"]["n"] == 8
+    assert s["steps"] == dict.fromkeys(("records", "train_mle", "train_del", "generation", "loss_stage", "probe"), "ok")
     for loss in ("mle", "del"):
         t = s["train"][loss]
         assert t["global_step"] == 2 and t["fused_linear_loss"] and t["world_size"] == 1

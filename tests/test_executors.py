@@ -460,3 +460,33 @@ def test_a_sigterm_to_the_orchestrator_stops_its_jobs_as_ctrl_c_does(tmp_path):
         time.sleep(0.2)
     else:
         raise AssertionError(f"the job's process {child} outlived the orchestrator")
+
+
+def test_the_gpu_check_keeps_what_it_measured_when_a_step_times_out(tmp_path):
+    """Issue 60 item 8: the summary is written after every step; a step that times out is recorded as such
+    (its command and limit), the steps that need it are skipped and say why, and the others still run."""
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "experiments" / "gpu_check.py")
+    gc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gc)
+    s = gc.Summary(tmp_path / "summary.json", check="gpu_check")
+    assert s.step("train_mle", lambda: {"tokens_per_s": 1000.0}) == {"tokens_per_s": 1000.0}
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["train_mle"] == {"tokens_per_s": 1000.0} and on_disk["steps"] == {"train_mle": "ok"}
+
+    def hang():
+        raise subprocess.TimeoutExpired(["accelerate", "launch", "numlearn.train", "loss=del"], 210)
+
+    assert s.step("train_del", hang) is None
+    assert s.step("generation", lambda: pytest.fail("must not run"), "train_del") is None
+    assert s.step("loss_stage", lambda: {"rc": 0}) == {"rc": 0}
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["steps"] == {"train_mle": "ok", "train_del": "timed out after 210 s",
+                                "generation": "skipped: train_del did not end ok", "loss_stage": "ok"}
+    assert on_disk["train_del"]["status"] == "timed out" and "loss=del" in on_disk["train_del"]["command"]
+    assert on_disk["train_mle"] == {"tokens_per_s": 1000.0}  # measured before the timeout: kept
+    assert s.step("probe", lambda: (_ for _ in ()).throw(SystemExit("gpu_check: probe failed"))) is None
+    assert json.loads((tmp_path / "summary.json").read_text())["probe"]["error"] == "gpu_check: probe failed"
+    assert gc._cost({"mle": None, "del": None}) == {}

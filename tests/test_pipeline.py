@@ -347,6 +347,26 @@ def test_released_study_refuses_unknown_models_and_keys(tmp_path):
         released.load_study(bad)
 
 
+def test_released_study_without_the_hub_says_what_is_missing_in_one_line(tmp_path, monkeypatch, capsys):
+    """Issue 60 item 9: offline, with no local copy, the study once ran its evaluation, failed in a log and printed
+    an empty table; now one line names the model and the command that fixes it, and nothing runs. A --hub-map
+    directory answers for its model."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(pipeline, "run_jobs", lambda *a, **k: pytest.fail("nothing may run"))
+    args = ["released", "--models", "qwen2.5-1.5b", "--store", str(tmp_path / "s"), "--outputs", str(tmp_path / "o"),
+            "--out", str(tmp_path / "t"), "--live", "off"]
+    assert pipeline.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Zzh-tju/qwen2.5-1.5B: neither a local directory (--hub-map)" in err[0]
+    assert "huggingface-cli download ID --local-dir DIR" in err[0]
+    assert not (tmp_path / "t").exists()
+    (tmp_path / "m").mkdir()
+    ran = []
+    monkeypatch.setattr(pipeline, "run_jobs", lambda jobs, *a, **k: ran.extend(jobs) or [])
+    assert pipeline.main([*args, "--hub-map", f"Zzh-tju/qwen2.5-1.5B={tmp_path / 'm'}"]) == 0
+    assert [j.name for j in ran] == ["qwen2.5-1.5b released"]
+
+
 def test_released_table_averages_the_benchmarks_present_and_says_how_many(tmp_path):
     """mACC over the benchmarks the store holds (3 of 7 here), labelled as partial; not the 7-way mean."""
     from numlearn import released

@@ -530,9 +530,11 @@ def released(a) -> int:
             log = a.outputs / "pipeline" / f"released_{ck.name}_{role}.log"
             jobs.append(Job(f"{ck.name} {role}", rel.evaluate_steps(ck, role, outputs=a.outputs, store=a.store,
                                                                     hub_map=hub_map, overrides=a.override), log))
-    os.environ.setdefault("HF_HUB_OFFLINE", "")  # the hub ids are the real path: let evaluate reach the hub
     if a.tables_only:
         jobs = []
+    if jobs and a.executor == "local" and not a.plan:
+        _refuse_unreachable([ck.model(role) for ck in study for role in roles], hub_map)
+    os.environ.setdefault("HF_HUB_OFFLINE", "")  # the hub ids are the real path: let evaluate reach the hub
     if jobs and (a.executor != "local" or a.plan):
         return _released_submitted(a, jobs, study)
     failed = run_jobs(jobs, a.jobs, live={"auto": None, "on": True, "off": False}[a.live]) if jobs else []
@@ -543,6 +545,30 @@ def released(a) -> int:
         _say(f"[released] {len(failed)} evaluation(s) failed: " + ", ".join(f"{j.name} (log: {j.log})" for j in failed))
         return 1
     return 0
+
+
+def _refuse_unreachable(models: list[str], hub_map: dict[str, str]) -> None:
+    """Issue 60 item 9: a model that is no local directory (``--hub-map``), not in the Hugging Face cache, while
+    the hub does not answer, is refused in one line naming each and the command that fixes it -- before any
+    evaluation starts (each used to fail in its log, and the table came out empty)."""
+    from numlearn.cli import offline_if_hub_unreachable
+    from numlearn.evaluation.recipe import _in_hub_cache
+
+    absent = [m for m in dict.fromkeys(models) if m not in hub_map and not Path(m).is_dir() and not _in_hub_cache(m)]
+    if not absent:
+        return
+    before = os.environ.get("HF_HUB_OFFLINE")
+    with contextlib.redirect_stderr(io.StringIO()):  # its "running offline" line: not what happens here
+        offline = before == "1" or offline_if_hub_unreachable("released")
+    if before is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = before
+    if offline:
+        raise PipelineError(
+            f"{', '.join(absent)}: neither a local directory (--hub-map) nor in the Hugging Face cache, and the hub "
+            "does not answer here; where it does, `huggingface-cli download ID --local-dir DIR` for each, then "
+            "--hub-map ID=DIR (or run this where the hub answers)")
 
 
 def _released_submitted(a, jobs, study) -> int:
