@@ -134,3 +134,23 @@ def test_cli_writes_the_table_and_names_missing_metrics(tmp_path, capsys):
     # it reads its input as the table does: excluding every benchmark leaves nothing, a named error
     assert main([str(root), "--out", str(out), "--exclude-benchmarks", "synthetic_test"]) == 2
     assert "no results left after excluding benchmarks ['synthetic_test']" in capsys.readouterr().err
+
+
+def test_a_held_out_interval_is_labelled_seeds_only_and_its_verdict_rests_on_the_t(tmp_path):
+    """Issue 61 item 2: the held-out digit metrics are one value per trained model, so their bootstrap resamples
+    seeds only (p = 0 whenever every seed moves one way); the row says so and a significant verdict names the t."""
+    root = tmp_path / "r"
+    for s in range(8):
+        _write(root, "mle", s, 50, 1.2 + 0.01 * s)
+        _write(root, "del", s, 60, 1.0 + 0.02 * (s % 3))
+    t = _table(root, family=["del/accuracy", "del/digit_nll"])
+    held, acc = t.loc[("del", "heldout: digit_nll")], t.loc[("del", "accuracy: b (cot)")]
+    assert held["interval"] == "seeds only" and acc["interval"] == "seeds x problems"
+    assert held["p_boot"] == 0.0 and held["verdict"] == "significant (rests on the t: seeds-only bootstrap)"
+    assert acc["verdict"] == "significant"
+    out = tmp_path / "out"
+    assert main([str(root), "--out", str(out), "--big-boot", "500", "--family", "del/digit_nll",
+                 "--primary-benchmark", "b"]) == 0
+    md = (out / "robustness.md").read_text()
+    nll = next(ln for ln in md.splitlines() if ln.startswith("| del ") and "digit_nll" in ln)
+    assert "] † |" in nll and "seeds only (†) for the held-out digit metrics" in md

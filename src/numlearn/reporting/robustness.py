@@ -3,8 +3,10 @@
 
 For every row and primary metric this writes ``robustness.{md,csv}`` with two intervals side by side:
 
-* the two-level bootstrap (seeds, then problems, resampled; paired seeds; 20,000 resamples) and its
-  two-sided p (twice the smaller tail at zero);
+* the bootstrap and its two-sided p (twice the smaller tail at zero; paired seeds; 20,000 resamples): two-level
+  (seeds, then problems) for accuracy and distance; over seeds only for the held-out digit metrics, which are
+  one value per trained model (``interval`` = ``seeds only``, marked † in the table). A seeds-only bootstrap
+  gives p = 0 whenever every seed moves the same way, so such a verdict rests on the t, and says so;
 * the paired t over seeds: the per-seed differences ``d_s = row_s - MLE_s``, ``mean +- t_{.975,k-1} sd/sqrt(k)``,
   and its p. At small seed counts the percentile bootstrap over k seeds is too narrow (at 3 seeds it is the
   seeds' [min, max] at any level); the t-interval is not.
@@ -50,6 +52,7 @@ DEFAULT_PRIMARY = (("accuracy", "synthetic_test (cot)", True), ("distance", "syn
 MIN_SEEDS_FOR_VERDICT = 5  # below this: per-seed values and a sign count, no significance call
 ALPHA = 0.05
 HEADING = "Which 'minus MLE' differences hold"
+SEEDS_ONLY = "seeds only"  # the held-out metrics' bootstrap: one value per trained model, no problem level
 BASELINE = "mle"  # every comparison is a row minus this one, as in table1.md's "minus MLE" tables
 
 
@@ -173,6 +176,7 @@ def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_s
             rows.append({"loss": label, "metric": f"{kind}: {name}", "metric_key": metric_key(kind, name),
                          "higher_is_better": higher, "seeds": ",".join(map(str, common)), "n_seeds": len(common),
                          "fresh_seeds_only": fresh, "grid_edge": edge or "",
+                         "interval": SEEDS_ONLY if kind == "heldout" else "seeds x problems",
                          "delta": b["delta"], "ci_low": b["ci_low"], "ci_high": b["ci_high"], "p_boot": b["p_boot"],
                          "t_mean": t.mean, "t_ci_low": t.ci_low, "t_ci_high": t.ci_high, "p_t": t.p,
                          "per_seed_diff": ";".join(f"{x:+.4g}" for x in d), "better_seeds": f"{better}/{len(common)}",
@@ -206,7 +210,7 @@ def _verdict(r) -> str:
     if not r.in_family:
         return "exploratory: both exclude 0 (uncorrected)" if both else "exploratory: not significant"
     if r.holm_p_boot < ALPHA and r.holm_p_t < ALPHA:
-        return "significant"
+        return "significant" + (" (rests on the t: seeds-only bootstrap)" if r.interval == SEEDS_ONLY else "")
     return "not significant after correction" if both else "not significant"
 
 
@@ -227,7 +231,8 @@ def render(t: pd.DataFrame, family, selection_seeds, n_boot: int, command, out: 
         "loss": [r.loss + (f" [grid edge: {r.grid_edge}]" if r.grid_edge else "") for r in t.itertuples()],
         "metric": t["metric"],
         "seeds": [f"{r.n_seeds}" + (" (fresh)" if r.fresh_seeds_only else "") for r in t.itertuples()],
-        "bootstrap 95%": [f"{_fmt(r.delta)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" for r in t.itertuples()],
+        "bootstrap 95%": [f"{_fmt(r.delta)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
+                          + (" †" if r.interval == SEEDS_ONLY else "") for r in t.itertuples()],
         "paired t 95%": [f"[{_fmt(r.t_ci_low)}, {_fmt(r.t_ci_high)}]" for r in t.itertuples()],
         "p boot / t": [f"{_p(r.p_boot)} / {_p(r.p_t)}" for r in t.itertuples()],
         "Holm p boot / t": [f"{_p(r.holm_p_boot)} / {_p(r.holm_p_t)}" if r.in_family else "not in family"
@@ -239,8 +244,10 @@ def render(t: pd.DataFrame, family, selection_seeds, n_boot: int, command, out: 
     small = t[t["n_seeds"] < MIN_SEEDS_FOR_VERDICT]
     lines = [header(command, "numlearn.reporting.robustness", out), "",
              f"## {HEADING.replace('MLE', base)}", "",
-             f"Two intervals per difference: the two-level bootstrap (seeds, then problems; paired seeds; {n_boot} "
-             "resamples) and the paired t over the per-seed differences, each with its two-sided p. The declared "
+             f"Two intervals per difference: the bootstrap (paired seeds; {n_boot} resamples) -- two-level, seeds "
+             "then problems, for accuracy and distance; seeds only (†) for the held-out digit metrics, one value per "
+             "trained model, whose p is 0 whenever every seed moves the same way, so their verdicts rest on the t "
+             "-- and the paired t over the per-seed differences, each with its two-sided p. The declared "
              f"family ({n_fam} comparisons: {fam}) is Holm-adjusted, both p-values; **significant** = in "
              f"the family, >= {MIN_SEEDS_FOR_VERDICT} seeds, both adjusted p < {ALPHA}. Outside the family: "
              f"exploratory, uncorrected. Below {MIN_SEEDS_FOR_VERDICT} seeds: no verdict."
