@@ -365,3 +365,58 @@ def test_a_result_is_written_portable(tmp_path):
     d = json.loads((tmp_path / "result.json").read_text())
     assert d["benchmark"]["file"] == "data/benchmarks/b.jsonl" and d["run"]["run_dir"].startswith("outputs/e/")
     assert d["model_path"] == "outputs/e/m/mle/alpha=0.0/seed=0/final"
+
+
+def _result_with_recipe(out: Path, overrides: list[str], limit=None) -> Path:
+    """A run dir under ``out`` holding one result file whose run recipe is table1_tiny's composed with
+    ``overrides`` (what a rehearsal with --override trains) and whose evaluation had ``limit``."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from numlearn.cli import conf_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        cfg = compose("config", overrides=["experiment=table1_tiny", "loss=del", "seed=3", *overrides])
+    recipe = OmegaConf.to_container(cfg, resolve=True)
+    run = out / "table1_tiny" / "tiny" / "del" / "alpha=1.28" / "seed=3"
+    d = run / "eval" / "synthetic_test" / "cot"
+    d.mkdir(parents=True)
+    (d / "result.json").write_text(json.dumps({
+        "run": {"experiment": "table1_tiny", "loss": "del", "alpha": 1.28, "seed": 3, "recipe": recipe},
+        "benchmark": {"name": "synthetic_test", "kind": "number"}, "mode": "cot", "config": {"eval": {"limit": limit}},
+        "metrics": {"accuracy": 0.5, "n": 2}, "correct_by_id": {"0": 1, "1": 0}}))
+    return run
+
+
+@pytest.mark.parametrize("overrides,limit,says", [
+    (["train.max_steps=20"], None, "train.max_steps: 1000 -> 20"),
+    (["data.n_train=200"], None, "data.n_train"),
+    ([], 10, "evaluated on 10 problems per benchmark, where its preset evaluates every problem"),
+])
+def test_a_shortened_run_is_refused_by_the_committed_store_only(tmp_path, capsys, overrides, limit, says):
+    """Issue 66 item 3: `publish` once copied a 20-step run evaluated on 10 problems into results/runs ("6 new").
+    Into a checkout's committed store (results/runs beside a .git) a recipe its preset does not have, or a
+    problem subset, is refused in one line and nothing is copied; a store of one's own takes it; --any-recipe
+    states the intent; a row's own variations (the loss, the seed, MLE's tuned learning rate) pass."""
+    from numlearn.reporting.store import main as store_main
+
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed, outputs = tmp_path / "repo" / "results" / "runs", tmp_path / "out"
+    run = _result_with_recipe(outputs, overrides, limit)
+    argv = ["publish", str(run), "--outputs", str(outputs)]
+    assert store_main([*argv, "--store", str(committed)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "--any-recipe" in err[0], err
+    assert not committed.exists() or not any(committed.rglob("result.json"))
+    assert store_main([*argv, "--store", str(tmp_path / "mine")]) == 0
+    assert store_main([*argv, "--store", str(committed), "--any-recipe"]) == 0
+
+
+def test_a_rows_own_variations_enter_the_committed_store(tmp_path, capsys):
+    from numlearn.reporting.store import main as store_main
+
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    committed, outputs = tmp_path / "repo" / "results" / "runs", tmp_path / "out"
+    run = _result_with_recipe(outputs, ["loss.alpha=0.32", "train.learning_rate=0.006", "loss.tag=x"])
+    assert store_main(["publish", str(run), "--outputs", str(outputs), "--store", str(committed)]) == 0
+    assert "1 new" in capsys.readouterr().err

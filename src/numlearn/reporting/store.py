@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from numlearn.records import BadRecord, ResultRecord, is_result_file
-from numlearn.rundirs import recipe_differences
+from numlearn.rundirs import recipe_differences, training_recipe
 
 DEFAULT_STORE = Path("results/runs")
 DEFAULT_OUTPUTS = Path("outputs")
@@ -203,19 +203,86 @@ class Published:
         return s
 
 
+# what a study's row varies on purpose against its preset: the loss and its options, the seed, and MLE's tuned
+# learning rate (conf/study/mle_lr.yaml); any other difference is a shortened or changed recipe
+ROW_KEYS = ("loss", "seed", "train.learning_rate")
+
+
+def is_committed_store(store: str | Path) -> bool:
+    """``store`` is a checkout's committed store: ``<repository>/results/runs``."""
+    s = Path(store).resolve()
+    return s.name == "runs" and s.parent.name == "results" and (s.parent.parent / ".git").exists()
+
+
+def committed_store_problem(result: ResultRecord, _cache: dict | None = None) -> str | None:
+    """Why ``result`` may not enter the committed store (issue 66 item 3): an evaluation on a problem subset,
+    or a training recipe that differs from its preset's in more than a row varies (``ROW_KEYS``: a 20-step
+    rehearsal, a shrunken data set); None when it may. A model evaluated by path has no recipe of ours."""
+    exp, tc = result.run.get("experiment"), result.training_config
+    if not exp or not tc or not isinstance(tc, dict):
+        return None
+    found = _preset_recipe(str(exp), tc, {} if _cache is None else _cache)
+    if found is None:  # an experiment no preset of this checkout names (an older study's): nothing to compare
+        return None
+    preset, limit = found
+    if result.limit is not None and result.limit != limit:
+        return (f"it was evaluated on {result.limit} problems per benchmark, where its preset evaluates "
+                + ("every problem" if limit is None else str(limit)))
+    diff = [d for d in recipe_differences(preset, training_recipe(tc)) if not d.startswith(ROW_KEYS)]
+    if diff:
+        return (f"it was trained with a recipe its preset experiment={exp} does not have ("
+                + "; ".join(diff[:3]) + (" ..." if len(diff) > 3 else "") + ")")
+    return None
+
+
+def _preset_recipe(experiment: str, tc: dict, cache: dict) -> tuple[dict, object] | None:
+    """The training recipe and the evaluation's problem limit the preset composes for the result's model, loss
+    and seed (None if it does not compose)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from numlearn.cli import conf_dir
+
+    loss, model = (tc.get("loss") or {}).get("name"), (tc.get("model") or {}).get("name")
+    key = (experiment, loss, model, tc.get("seed"))
+    if key not in cache:
+        base = [f"experiment={experiment}", *([f"loss={loss}"] if loss else []), f"seed={tc.get('seed') or 0}"]
+        cache[key] = None
+        with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+            for overrides in ([*base, f"model={model}"], base) if model else (base,):
+                try:
+                    cfg = compose("evaluate", overrides=overrides)
+                    cache[key] = (training_recipe(cfg), cfg.eval.get("limit"))
+                    break
+                except (HydraException, OmegaConfBaseException):
+                    continue
+    return cache[key]
+
+
 def publish(sources: list[str | Path], outputs: str | Path = DEFAULT_OUTPUTS,
-            store: str | Path = DEFAULT_STORE) -> Published:
+            store: str | Path = DEFAULT_STORE, any_recipe: bool = False) -> Published:
     """Copy every result file under ``sources`` (directories inside ``outputs``) to the same path
     relative to ``store``. A stored file is replaced (the newest evaluation wins) and counted as
-    changed when its numbers differ."""
+    changed when its numbers differ. Into a committed store (``is_committed_store``) a shortened run is
+    refused before anything is copied (``committed_store_problem``), unless ``any_recipe``."""
     outputs, store = Path(outputs).resolve(), Path(store)
     done = Published()
+    checked = not any_recipe and is_committed_store(store)
+    cache: dict = {}
     for src in sources:
         src = Path(src).resolve()
         try:
             src.relative_to(outputs)
         except ValueError:
             raise StoreError(f"{src} is not inside the output directory {outputs}; pass --outputs") from None
+        for f in result_files(src) if checked else ():
+            if why := committed_store_problem(read_result(f), cache):
+                raise StoreError(f"{f.relative_to(outputs)} is not published into the committed store {store}: {why}; "
+                                 "publish it into a store of your own (--store outputs/store), or pass --any-recipe "
+                                 "where a recipe of its own is meant")
+    for src in sources:
+        src = Path(src).resolve()
         for f in result_files(src):
             new = read_result(f)
             dest = store / f.relative_to(outputs)
@@ -238,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sources", nargs="+", help="run roots or run directories inside --outputs")
     p.add_argument("--outputs", default=str(DEFAULT_OUTPUTS))
     p.add_argument("--store", default=str(DEFAULT_STORE))
+    p.add_argument("--any-recipe", action="store_true",
+                   help="into the committed store: accept a recipe or a problem subset its preset does not have")
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
@@ -249,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = [s for s in a.sources if not Path(s).exists()]
         if missing:
             raise StoreError(f"{missing[0]} does not exist: train and evaluate the run first")
-        print(f"[store] {a.store}: " + publish(a.sources, a.outputs, a.store).summary(), file=sys.stderr)
+        print(f"[store] {a.store}: " + publish(a.sources, a.outputs, a.store, a.any_recipe).summary(), file=sys.stderr)
     except (StoreError, OSError, ValueError) as e:  # a file named as the store, a full disk: one line
         print(f"numlearn.reporting.store: error: {e}", file=sys.stderr)
         return 2
