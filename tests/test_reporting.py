@@ -207,3 +207,16 @@ def test_a_table_regenerated_in_place_does_not_make_the_tree_dirty(tmp_path):
     subprocess.run([*git, "checkout", "-q", "other.md"], check=True)
     (repo / "src" / "code.py").write_text("x = 2\n")
     assert git_info(repo / "src", products=repo / "results" / "t")["dirty"] is True
+
+
+def test_a_missing_difference_says_why_not_the_seed_count():
+    """Issue 66 item 5: with 1 seed a distance cell printed "+nan [n/a: 1 seed]" although the nan came from runs
+    with no numeric prediction, not from the seed count."""
+    from numlearn.reporting.aggregate import _ci_cell
+
+    nan = float("nan")
+    assert _ci_cell({"delta": nan, "ci_low": nan, "ci_high": nan, "n_seeds": 1, "n_seeds_baseline": 1},
+                    f=".3f") == "n/a: no numeric prediction on a side"
+    assert _ci_cell({"delta": 0.25, "ci_low": nan, "ci_high": nan, "n_seeds": 1, "n_seeds_baseline": 3}) \
+        == "+0.2 [n/a: 1 seed]"
+    assert _ci_cell({"delta": 2.0, "ci_low": 1.0, "ci_high": 3.0, "significant": True}) == "+2.0 [+1.0, +3.0] *"

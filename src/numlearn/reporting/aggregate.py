@@ -216,7 +216,10 @@ def paired_bootstrap(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000
 
 
 def _ci_cell(r, lo="ci_low", hi="ci_high", f=".1f") -> str:
-    """"delta [low, high]", `*` when the (seed-aware) interval is significant; n/a without one."""
+    """"delta [low, high]", `*` when the (seed-aware) interval is significant; n/a without one, saying why: no
+    difference at all (a side with no numeric prediction, so no distance), or too few seeds for an interval."""
+    if not np.isfinite(r["delta"]):
+        return "n/a: no numeric prediction on a side"
     if not np.isfinite(r[lo]):
         return f"{r['delta']:+{f}} [n/a: {min(r['n_seeds'], r['n_seeds_baseline'])} seed]"
     star = " *" if r.get("significant") and lo == "ci_low" else ""
