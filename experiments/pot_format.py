@@ -1,6 +1,8 @@
 """Does a short fine-tune on GSM8K-train's CoT + PoT mix teach Qwen2.5-Coder-0.5B the program format (issue 64)?
 
     python experiments/pot_format.py [--steps N] [--limit N]   # -> results/pot_format/format.md, format.json
+    python experiments/pot_format.py --steps 60 --override train.learning_rate=2e-5 --name lr2e-5
+                                     # another recipe: its own outputs/pot_format/lr2e-5 and results/pot_format/lr2e-5
 
 The base model (``data_cache/qwen-coder/hf``, ``python experiments/qwen_coder.py assemble``) and its top-layer
 fine-tune on ``data=gsm8k_mix`` (``experiment=qwen_coder_mix``: MLE, the first 40 problems of GSM8K-train held
@@ -55,13 +57,22 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=40, help="held-out problems (= data.skip_per_file)")
     ap.add_argument("--outputs", type=Path, default=REPO / "outputs" / "pot_format")
     ap.add_argument("--results", type=Path, default=REPO / "results" / "pot_format")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Hydra override of the fine-tune's recipe (train.learning_rate=2e-5); give it a --name")
+    ap.add_argument("--name", default=None, help="the recipe's name: its own outputs and results subdirectory")
     a = ap.parse_args(argv)
+    if a.override and not a.name:
+        ap.error("--override changes the recipe: give it a --name (its own run dir and results)")
+    base_outputs = a.outputs  # the base model's evaluation is one for every recipe: evaluated (and resumed) once
+    if a.name:
+        a.outputs, a.results = a.outputs / a.name, a.results / a.name
     if not (BASE / "config.json").is_file():
         _run([sys.executable, "experiments/qwen_coder.py", "assemble"])
     common = [f"experiment={EXPERIMENT}", f"paths.output_dir={a.outputs}", f"eval.limit={a.limit}",
-              f"data.skip_per_file={a.limit}", f"train.max_steps={a.steps}"]
+              f"data.skip_per_file={a.limit}", f"train.max_steps={a.steps}", *a.override]
     t0 = time.time()
-    _run([sys.executable, "-m", "numlearn.evaluate", *common, f"model_path={BASE}"])
+    base = [f"paths.output_dir={base_outputs}" if c.startswith("paths.output_dir=") else c for c in common]
+    _run([sys.executable, "-m", "numlearn.evaluate", *base, f"model_path={BASE}"])
     t_base = time.time() - t0
     _run([sys.executable, "-m", "numlearn.train", *common])
     t_train = time.time() - t0 - t_base
@@ -74,11 +85,12 @@ def main(argv=None) -> int:
     register()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         cfg = compose("evaluate", overrides=common)
-    base_dir = Path(default_eval_dir(str(BASE), str(cfg.run_dir), str(a.outputs)))
+    base_dir = Path(default_eval_dir(str(BASE), str(cfg.run_dir), str(base_outputs)))
     tuned_dir = Path(str(cfg.run_dir)) / "eval"
     run = json.loads((Path(str(cfg.run_dir)) / "run.json").read_text())
     cells = {"base": _cells(base_dir), "mix fine-tune": _cells(tuned_dir)}
-    cmd = f"python experiments/pot_format.py --steps {a.steps} --limit {a.limit}"
+    cmd = f"python experiments/pot_format.py --steps {a.steps} --limit {a.limit}" + "".join(
+        f" --override {o}" for o in a.override) + (f" --name {a.name}" if a.name else "")
     a.results.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     (a.results / "format.json").write_text(json.dumps({
@@ -101,7 +113,8 @@ def main(argv=None) -> int:
           f"(`data.skip_per_file={a.limit}`); hf backend, fp32, greedy, generations capped at 256 tokens; "
           "protocol `strict` (a PoT completion is run as written)",
           f"- fine-tune: `experiment={EXPERIMENT}` (MLE, top 4 layers, {a.steps} steps of 4 examples from "
-          f"`data=gsm8k_mix`), {run.get('train_runtime_s')} s; one seed", "",
+          f"`data=gsm8k_mix`, learning rate {run.get('recipe', {}).get('train', {}).get('learning_rate')}), "
+          f"{run.get('train_runtime_s')} s; one seed", "",
           *rows, "",
           "`with a program`: the first attempt's completion holds `print(`; `program ran`: it exits without an error "
           "in the sandbox; `fenced`: the completion holds a Markdown code fence, which the paper's protocol runs "
