@@ -181,6 +181,28 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
     return rc
 
 
+def agreement(rows: list[Row], seeds: list[int], *, experiment: str, store: Path, committed: Path,
+              selected: Path | None, column: str, say) -> None:
+    """Issue 61 item 5: whether this run's seeds agree with the committed store, on any machine -- each cell
+    against the store's prediction interval for a new seed, each headline comparison's sign
+    (``reporting.reproduction``); the last line names the command that re-estimates the intervals here."""
+    from numlearn.reporting import aggregate, reproduction
+
+    (mle_root,) = configured_run_roots([f"experiment={experiment}", "loss=mle", f"paths.output_dir={committed}"])
+    stored = sorted(int(p.name.split("=", 1)[1]) for p in mle_root.glob("seed=*") if p.is_dir())
+    theirs = [r for r in table1_runs(rows, stored, experiment=experiment, store=committed) if Path(r).is_dir()]
+    if len(stored) < 2 or not theirs:
+        say(f"[reproduce] the store {committed} holds {len(stored)} seed(s) of MLE: no prediction interval to compare "
+            "with")
+        return
+    kw = {"exclude_benchmarks": [TEST_EXCLUDE], "selected": selected if selected and Path(selected).is_file() else None}
+    new, _ = aggregate.load_table_results(table1_runs(rows, seeds, experiment=experiment, store=store), **kw)
+    ref, _ = aggregate.load_table_results(theirs, **kw)
+    for line in reproduction.report(new, ref, column):
+        say("[reproduce] " + line)
+    say(f"[reproduce] to re-estimate the intervals on this machine, more seeds: make reproduce-table1 SEEDS={len(stored)}")
+
+
 def table_section(md: Path, heading: str) -> str:
     """The section ``## heading`` of a markdown file, heading included (the whole file if it has none)."""
     text = md.read_text(encoding="utf-8") if md.is_file() else ""
@@ -666,8 +688,10 @@ def _dispatch(a) -> int:
         if rc == 0 and a.out.resolve() == TABLE1_OUT.resolve():
             _docs_hint()
         if rc == 0 and a.cmd == "table1" and a.compare_with is not None:
-            compare_with_store(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with,
-                               say=lambda m: print(m, flush=True))
+            say = lambda m: print(m, flush=True)  # noqa: E731
+            compare_with_store(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with, say=say)
+            agreement(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with,
+                      selected=a.selected, column=f"{a.primary_benchmark} (cot)", say=say)
         return rc
     if a.cmd == "ablation":
         return ablation(a, seeds, live)
