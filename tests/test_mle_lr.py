@@ -132,6 +132,7 @@ def test_the_study_plans_the_rates_then_the_chosen_rate_on_fresh_seeds_then_tabl
     assert stage3.seeds == (3, 4, 5, 6, 7) and stage3.evaluate == ()
     assert [r.label for r in stage3.rows][:2] == ["mle", "mle+loss.tag=mle_lr0.006+train.learning_rate=0.006"]
     assert tables["report"].baseline == "mle_lr0.006" and tables["seeds"] == [3, 4, 5, 6, 7]
+    assert tables["report"].may_differ == ("train.learning_rate",)
     chosen = json.loads((tmp_path / "o" / "sweep" / "selected_lr.json").read_text())
     assert chosen["learning_rate"] == 0.006 and chosen["default"] == 0.003
     assert "mle: learning rate 0.006 (row `mle_lr0.006`)" in (tmp_path / "o" / "sweep" / "sweep.md").read_text()
@@ -146,3 +147,25 @@ def test_a_table_without_mle_still_builds_but_a_named_baseline_must_be_there(tmp
     assert "minus" not in res["markdown"]
     with pytest.raises(ValueError, match="no 'mle_lr0.006' row"):
         aggregate([tmp_path / "r"], tmp_path / "o2", reference=False, n_boot=100, baseline="mle_lr0.006")
+
+
+def test_a_table_of_learning_rates_may_differ_in_that_key_only():
+    """The tuned MLE's runs differ from the others in train.learning_rate: a table may be told to accept that key
+    and still refuses any other difference (a preset changed between sittings)."""
+    from numlearn.records import ResultRecord
+    from numlearn.reporting.collect import check_one_recipe, shared_recipe
+
+    def rec(**train):
+        return ResultRecord(benchmark={"name": "b"}, mode="cot", metrics={"accuracy": 0.5, "n": 2},
+                            run={"recipe": {"model": {"name": "tiny"}, "data": {"n": 1},
+                                            "train": {"learning_rate": 0.003, "max_steps": 1000, **train},
+                                            "loss": {"name": "mle"}, "seed": 0}})
+
+    tuned, other = rec(learning_rate=0.0015), rec(max_steps=40)
+    with pytest.raises(ValueError, match="train.learning_rate: 0.003 -> 0.0015"):
+        check_one_recipe({"a": shared_recipe(rec()), "b": shared_recipe(tuned)})
+    check_one_recipe({"a": shared_recipe(rec(), ("train.learning_rate",)),
+                      "b": shared_recipe(tuned, ("train.learning_rate",))})
+    with pytest.raises(ValueError, match="train.max_steps: 1000 -> 40"):
+        check_one_recipe({"a": shared_recipe(rec(), ("train.learning_rate",)),
+                          "b": shared_recipe(other, ("train.learning_rate",))})

@@ -138,6 +138,7 @@ class Family:
     family_metrics: tuple[str, ...] = FAMILY_METRICS
     family: tuple[str, ...] = ()
     baseline: str = "mle"  # the row every other is compared with (the tuned MLE's label: mle_lr0.006)
+    may_differ: tuple[str, ...] = ()  # recipe keys the rows may differ in (train.learning_rate: the tuned MLE's)
 
 
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
@@ -156,6 +157,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
     try:
         args = ["--exclude-benchmarks", TEST_EXCLUDE, "--out", str(stage), "--command", command,
                 *(["--baseline", report.baseline] if report.baseline != "mle" else []),
+                *(["--recipe-may-differ-in", ",".join(report.may_differ)] if report.may_differ else []),
                 *(["--selected", str(selected)] if selected is not None and selected.is_file() else [])]
         with contextlib.redirect_stdout(io.StringIO()):  # every table goes to files; the console gets one
             rc = aggregate.main([*runs, *args])
@@ -992,7 +994,10 @@ def mle_lr(a, seeds: list[int], live) -> int:
                                                                    store=a.store)]
     out = a.out / "sweep"
     with contextlib.redirect_stdout(io.StringIO()):
-        rc = sweep.main([*(str(r) for r in runs if r.is_dir()), "--out", str(out), "--command", command])
+        rc = sweep.main([*(str(r) for r in runs if r.is_dir()), "--out", str(out), "--command", command,
+                         "--recipe-may-differ-in", "train.learning_rate", "--no-plot", "--heading",
+                         f"Learning-rate sweep of {loss} (accuracy %, mean over seeds [95% seed-bootstrap CI]; "
+                         f"`{loss}` at the recipe's {default:g}, `{loss}_lr<rate>` at another)"])
     if rc != 0:
         return rc
     labels = {(r.extra[0].split("=", 1)[1] if r.extra else r.loss): lr for r, lr in rates.items()}
@@ -1014,6 +1019,7 @@ def mle_lr(a, seeds: list[int], live) -> int:
     return build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=Path(_MLE_LR.selected),
                         command=command, report=Family(primary_benchmark=str(_MLE_LR.primary_benchmark),
                                                        selection_seeds=tuple(sweep_seeds), baseline=chosen["label"],
+                                                       may_differ=("train.learning_rate",),
                                                        family_metrics=tuple(_MLE_LR.family_metrics)))
 
 

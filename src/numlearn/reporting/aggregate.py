@@ -353,6 +353,7 @@ class Selection:
     skip_bad: bool = False
     exclude_benchmarks: tuple[str, ...] = ()
     selected: str | Path | None = None
+    recipe_may_differ_in: tuple[str, ...] = ()  # recipe keys the rows may differ in (train.learning_rate)
 
 
 def aggregate(paths, out_dir, command: str | None = None, reference: bool = True, n_boot: int = 2000,
@@ -363,7 +364,7 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
     loss config's tag: the tuned MLE, ``mle_lr0.006``)."""
     skipped: list[str] = []
     df, sel = load_table_results(paths, select.protocol, select.skip_bad, skipped, select.exclude_benchmarks,
-                                 select.selected)
+                                 select.selected, select.recipe_may_differ_in)
     for f in skipped:
         log.warning("skipped unreadable %s", f)
     out = Path(out_dir)
@@ -499,6 +500,8 @@ def main(argv=None) -> int:
                     help="the sweep's chosen weights (results/sweep_alpha/selected.json): label those rows val-chosen")
     ap.add_argument("--baseline", default="mle", help="the row every other is compared with: a loss or a loss "
                                                       "config's tag (default mle; the tuned MLE: mle_lr0.006)")
+    ap.add_argument("--recipe-may-differ-in", default="", metavar="KEY,...",
+                    help="recipe keys the rows may differ in (train.learning_rate: the tuned MLE's)")
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
@@ -508,7 +511,8 @@ def main(argv=None) -> int:
 
         check_output_dir(a.out, "--out")
         select = Selection(protocol=a.protocol, skip_bad=a.skip_bad, selected=a.selected,
-                           exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b))
+                           exclude_benchmarks=tuple(b for b in a.exclude_benchmarks.split(",") if b),
+                           recipe_may_differ_in=tuple(k for k in a.recipe_may_differ_in.split(",") if k))
         res = aggregate(a.results, a.out, a.command, reference=not a.no_reference, select=select,
                         baseline=a.baseline)
     except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line

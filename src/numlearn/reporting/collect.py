@@ -24,9 +24,15 @@ class BadResultFile(BadRecord):
 def shared_recipe(r: ResultRecord, ignore: tuple[str, ...] = ()) -> dict:
     """What the runs of one table must share: the training recipe of the run behind result ``r``
     (``run.recipe``, or the evaluation's composed config for older files) less its loss and seed
-    (and the sections in ``ignore``: ``model`` for a table that compares tokenizers)."""
+    (and what ``ignore`` names: a section, ``model`` for a table that compares tokenizers, or a key in one,
+    ``train.learning_rate`` for a table that compares learning rates)."""
     rec = training_recipe(r.training_config)
-    return {k: v for k, v in rec.items() if k not in ("loss", "seed", *ignore)}
+    out = {k: v for k, v in rec.items() if k not in ("loss", "seed", *ignore)}
+    for key in (k for k in ignore if "." in k):
+        section, leaf = key.split(".", 1)
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k != leaf}
+    return out
 
 
 def check_one_recipe(recipes: dict[str, dict]) -> None:

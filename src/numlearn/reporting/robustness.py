@@ -280,6 +280,8 @@ def main(argv=None) -> int:
                                                           "left out of the val-chosen rows' estimates")
     ap.add_argument("--primary-benchmark", default="synthetic_test",
                     help="the benchmark whose CoT accuracy and distance are primary (the held-out digit metrics are too)")
+    ap.add_argument("--recipe-may-differ-in", default="", metavar="KEY,...",
+                    help="recipe keys the rows may differ in (train.learning_rate: the tuned MLE's)")
     ap.add_argument("--baseline", default=BASELINE, help="the row every other is compared with: a loss or a loss "
                                                          "config's tag (default mle; the tuned MLE: mle_lr0.006)")
     a = ap.parse_args(argv)
@@ -293,6 +295,7 @@ def main(argv=None) -> int:
         family = parse_family(a.family)
         sel_seeds = [int(x) for x in a.selection_seeds.split(",") if x.strip()]
         df, _ = load_table_results(a.results, exclude_benchmarks=[b for b in a.exclude_benchmarks.split(",") if b],
+                                   recipe_may_differ_in=tuple(k for k in a.recipe_may_differ_in.split(",") if k),
                                    selected=a.selected)
         selected = json.loads(Path(a.selected).read_text()) if a.selected and Path(a.selected).is_file() else None
         fam_metrics = [m for m in a.family_metrics.split(",") if m]

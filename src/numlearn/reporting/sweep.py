@@ -160,6 +160,11 @@ def main(argv=None) -> int:
     ap.add_argument("--expect", action="append", default=[], metavar="LOSS=A,B,...",
                     help="a loss's grid; every point must be there before a weight is chosen (repeatable)")
     ap.add_argument("--min-seeds", type=int, default=1, help="seeds every point needs before a weight is chosen")
+    ap.add_argument("--heading", default="Loss-weight sweep (accuracy %, mean over seeds [95% seed-bootstrap CI]; "
+                    "alpha on the effective scale, 0 = MLE)", help="the table's heading")
+    ap.add_argument("--no-plot", action="store_true", help="no sweep.png (rows that are not points of a weight)")
+    ap.add_argument("--recipe-may-differ-in", default="", metavar="KEY,...",
+                    help="recipe keys the runs may differ in (train.learning_rate: a learning-rate sweep)")
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
@@ -169,7 +174,7 @@ def main(argv=None) -> int:
 
         check_output_dir(a.out, "--out")
         expect = parse_expect(a.expect)
-        df = load_results(a.results)
+        df = load_results(a.results, recipe_may_differ_in=tuple(k for k in a.recipe_may_differ_in.split(",") if k))
         t = sweep_table(df)
     except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, ...: one line
         print(f"numlearn.reporting.sweep: error: {e}", file=sys.stderr)
@@ -195,9 +200,8 @@ def main(argv=None) -> int:
     show["accuracy (%)"] = show.apply(lambda r: f"{r['acc']:.1f}" + (
         f" [{r['acc_ci_low']:.1f}, {r['acc_ci_high']:.1f}]" if np.isfinite(r["acc_ci_low"]) else ""), axis=1)
     wide = show.pivot_table(index=["loss", "alpha", "seeds"], columns="column", values="accuracy (%)", aggfunc="first")
-    md = [header(a.command, "numlearn.reporting.sweep", out), "", "## Loss-weight sweep (accuracy %, mean over seeds [95% seed-bootstrap CI]; "
-          "alpha on the effective scale, 0 = MLE)", "", wide.reset_index().to_markdown(index=False), "",
-          "![sweep](sweep.png)"]
+    md = [header(a.command, "numlearn.reporting.sweep", out), "", f"## {a.heading}", "",
+          wide.reset_index().to_markdown(index=False), *([] if a.no_plot else ["", "![sweep](sweep.png)"])]
     if chosen:
         (out / "selected.json").write_text(json.dumps(chosen, indent=2) + "\n")
         md += ["", f"## Weights chosen on `{a.select_on}` (highest mean accuracy; never a test split)", ""]
@@ -207,7 +211,8 @@ def main(argv=None) -> int:
         md += ["", f"## {'Not chosen yet' if chosen else 'No weight chosen'}: {refused}"]
     text = "\n".join(md) + "\n"
     (out / "sweep.md").write_text(text)
-    plot(t, out / "sweep.png")
+    if not a.no_plot:
+        plot(t, out / "sweep.png")
     print(text)
     if refused:
         print(f"numlearn.reporting.sweep: error: {refused}", file=sys.stderr)
