@@ -490,3 +490,33 @@ def test_the_gpu_check_keeps_what_it_measured_when_a_step_times_out(tmp_path):
     assert s.step("probe", lambda: (_ for _ in ()).throw(SystemExit("gpu_check: probe failed"))) is None
     assert json.loads((tmp_path / "summary.json").read_text())["probe"]["error"] == "gpu_check: probe failed"
     assert gc._cost({"mle": None, "del": None}) == {}
+
+
+def test_plan_after_a_submission_shows_what_is_done_running_and_left(tmp_path, capsys, monkeypatch):
+    """Issue 60 item 3: the same command with --plan reads the state file and asks the scheduler (reads only):
+    each job's state, and a count of done, running or pending, failed, not submitted and unknown."""
+    from numlearn import executors as ex
+
+    out = tmp_path / "out"
+    state = ex.State(out / "pipeline" / "table1_qwen2.5-1.5b.slurm.state.json")
+    state.record("mle seed=0 train", "111", "slurm")
+    state.record("mle seed=0 evaluate", "222", "slurm")
+    state.record("mle seed=0 publish", "333", "slurm")
+
+    def status(self, job_id):
+        if job_id == "333":
+            raise RuntimeError("sacct: command not found")
+        return {"111": ex.DONE, "222": ex.RUNNING}[job_id]
+
+    monkeypatch.setattr(ex.SubmititExecutor, "status", status)
+    monkeypatch.setattr(ex.SubmititExecutor, "submit", lambda *a, **k: pytest.fail("--plan submits nothing"))
+    rc = pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--rows", "mle", "--seeds", "1",
+                        "--executor", "slurm", "--plan", "--outputs", str(out), "--store", str(tmp_path / "s"),
+                        "--out", str(tmp_path / "t")])
+    text = capsys.readouterr().out
+    assert rc == 0 and "nothing submitted" in text
+    assert re.search(r"mle seed=0 train  \[.*-- COMPLETED \(job 111, submitted ", text), text
+    assert re.search(r"mle seed=0 evaluate  \[.*-- RUNNING \(job 222", text), text
+    assert re.search(r"mle seed=0 publish  \[.*-- unknown \(RuntimeError: sacct: command not found\) \(job 333", text)
+    assert re.search(r"tables  \[.*-- not submitted", text), text
+    assert "state: 1 done, 1 running or pending, 0 failed, 1 not submitted, 1 unknown" in text

@@ -492,7 +492,24 @@ def gpu_hours(stages: list[Stage], train_hours: float | None, eval_hours: float 
                for st in stages if st.key.endswith(" train") or " evaluate" in st.key)
 
 
-def plan_text(stages: list[Stage], executor: str, hours: float | None, basis: str) -> str:
+def state_view(state: State, executor: Executor) -> dict[str, str]:
+    """Issue 60 item 3: stage key -> what the state file and the scheduler say of it (``COMPLETED (job 123,
+    submitted ...)``), for ``--plan``'s status view; a job the scheduler cannot be asked about says why. Reads
+    only: nothing is submitted or cancelled."""
+    out = {}
+    for key, rec in state.jobs.items():
+        try:
+            st = executor.status(str(rec["id"]))
+        except Exception as e:  # noqa: BLE001 -- a status the scheduler cannot give is shown, not raised
+            st = f"unknown ({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''})"
+        out[key] = f"{st} (job {rec['id']}, submitted {rec.get('submitted', '?')})"
+    return out
+
+
+def plan_text(stages: list[Stage], executor: str, hours: float | None, basis: str,
+              status: dict[str, str] | None = None) -> str:
+    """The job graph, each job's resources and dependencies, the GPU-hours; with ``status`` (``state_view``) each
+    job's state and a count of done, running or pending, failed and not submitted."""
     lines = [f"plan ({executor}): {len(stages)} jobs, nothing submitted"]
     for i, st in enumerate(stages):
         r = st.resources
@@ -500,6 +517,13 @@ def plan_text(stages: list[Stage], executor: str, hours: float | None, basis: st
                + (f", {r.mem_gb} GB" if r.mem_gb else "") + f", {r.timeout_min} min"
                + (f", partition {r.partition}" if r.partition else ""))
         after = f"  after: {', '.join(st.after)}" if st.after else ""
-        lines.append(f"{i + 1:3d}. {st.key}  [{res}]{after}")
+        now = f"  -- {status.get(st.key, 'not submitted')}" if status is not None else ""
+        lines.append(f"{i + 1:3d}. {st.key}  [{res}]{after}{now}")
     lines.append(f"GPU-hours: {hours:.1f} ({basis})" if hours is not None else f"GPU-hours: unknown ({basis})")
+    if status is not None:
+        said = [status.get(st.key, "not submitted").split(" ")[0] for st in stages]
+        lines.append(f"state: {said.count(DONE)} done, {said.count(RUNNING) + said.count(PENDING)} running or pending, "
+                     f"{said.count(FAILED)} failed, {said.count('not')} not submitted, "
+                     f"{sum(s == 'unknown' for s in said)} unknown (the same command without --plan submits what is "
+                     "left)")
     return "\n".join(lines)

@@ -774,12 +774,17 @@ def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
               "--command", a.command or a.invocation]
     stages = ex.stage_graph(jobs, train, ev, pub, tables_argv=tables)
     stages[-1].log = a.outputs / "pipeline" / f"{a.experiment}_tables.log"
-    if a.plan:
-        print(ex.plan_text(stages, a.executor, ex.gpu_hours(stages, train_h, eval_h), basis))
-        return 0
     folder = a.outputs / "pipeline" / "submitit"
+    state_file = a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json"
+    if a.plan:  # with a state file from an earlier submission: what is done, running and left (a status view)
+        status = None
+        if a.executor != "local" and state_file.is_file():
+            kind = "local" if a.executor == "submitit_local" else "slurm"
+            status = ex.state_view(ex.State(state_file), ex.SubmititExecutor(kind, folder))
+        print(ex.plan_text(stages, a.executor, ex.gpu_hours(stages, train_h, eval_h), basis, status))
+        return 0
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm", folder)
-    with ex.State(a.outputs / "pipeline" / f"{a.experiment}.{a.executor}.state.json") as state:
+    with ex.State(state_file) as state:
         out = ex.submit_graph(stages, executor, state, say=_say, max_running=a.jobs)
     _say(f"[{a.executor}] {len(out.submitted)} submitted, {len(out.resubmitted)} resubmitted, {len(out.running)} "
          f"running or pending, {len(out.done)} done (state: {state.path})")
