@@ -169,3 +169,25 @@ def test_a_table_of_learning_rates_may_differ_in_that_key_only():
     with pytest.raises(ValueError, match="train.max_steps: 1000 -> 40"):
         check_one_recipe({"a": shared_recipe(rec(), ("train.learning_rate",)),
                           "b": shared_recipe(other, ("train.learning_rate",))})
+
+
+def test_val_chosen_cells_say_when_they_include_the_selection_seeds(tmp_path):
+    """Issue 61 item 4: a val-chosen row's 8-seed mean includes the 3 seeds its weight was chosen on; the table
+    says so (and where the fresh-seed estimate is), and says nothing when only fresh seeds are tabled."""
+    import json as _json
+
+    for s in range(0, 6):
+        _write(tmp_path / "r", "mle", s, 50)
+        _write(tmp_path / "r", "del", s, 58)
+    sel = tmp_path / "selected.json"
+    sel.write_text(_json.dumps({"del": {"alpha": 1.0, "accuracy": 60.0, "seeds": 3}}))
+    from numlearn.reporting.aggregate import Selection
+
+    res = aggregate([tmp_path / "r"], tmp_path / "o", reference=False, n_boot=100, select=Selection(selected=sel))
+    assert "include the selection seeds (0, 1, 2), so lean optimistic" in res["markdown"]
+    fresh = tmp_path / "fresh"
+    for s in range(3, 6):
+        _write(fresh, "mle", s, 50)
+        _write(fresh, "del", s, 58)
+    res = aggregate([fresh], tmp_path / "o2", reference=False, n_boot=100, select=Selection(selected=sel))
+    assert "val-chosen" in res["markdown"] and "chosen on (" not in res["markdown"]

@@ -377,6 +377,9 @@ def aggregate(paths, out_dir, command: str | None = None, reference: bool = True
                        f", best mean {c.get('column', 'validation')} accuracy {c['accuracy']:.1f} % over "
                        f"{c.get('seeds', '?')} seeds" if "accuracy" in c else "")
                    for loss, c in sel.items()) + ")."]
+        if overlap := _selection_seeds_in(df, sel):
+            md[-1] += (f" Their cells include the selection seeds ({', '.join(map(str, overlap))}), so lean optimistic; "
+                       "robustness.md tests them on the other seeds only.")
     md += _distance_section(df, out, mean, std)
     dig = digit_table(df)
     if not dig.empty:
@@ -453,6 +456,15 @@ def _versus_mle_sections(df: pd.DataFrame, out: Path, boot: pd.DataFrame, n_boot
                "The same hierarchical bootstrap over each seed's mean distance on the problems whose prediction is a "
                "number (the table's per-seed metric). `*` as above.", "", piv.reset_index().to_markdown(index=False)]
     return md
+
+
+def _selection_seeds_in(df: pd.DataFrame, sel: dict) -> list[int]:
+    """The seeds of the val-chosen rows that the weight selection trained (``selected.json``'s ``seeds``: the
+    sweep's first k seeds, 0..k-1), sorted; empty when the table holds none of them."""
+    if "chosen" not in df:
+        return []
+    k = max((int(c.get("seeds", 0) or 0) for c in sel.values()), default=0)
+    return sorted({int(s) for s in df.loc[df["chosen"], "seed"]} & set(range(k)))
 
 
 def _name(baseline: str) -> str:
