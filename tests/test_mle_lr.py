@@ -119,9 +119,9 @@ def test_the_study_plans_the_rates_then_the_chosen_rate_on_fresh_seeds_then_tabl
         return 0
 
     monkeypatch.setattr(sweep, "main", fake_sweep)
-    tables = {}
-    monkeypatch.setattr(pipeline, "build_tables", lambda rows, seeds, out, **kw: tables.update(
-        rows=rows, seeds=seeds, out=out, **kw) or 0)
+    calls = []
+    monkeypatch.setattr(pipeline, "build_tables", lambda rows, seeds, out, **kw: calls.append(
+        dict(rows=rows, seeds=seeds, out=out, **kw)) or 0)
     assert pipeline.main(["mle-lr", "--seeds", "3-7", "--out", str(tmp_path / "o"), "--store", str(tmp_path / "s")]) == 0
     stage1, stage3 = requests
     assert [r.label for r in stage1.rows] == ["mle+loss.tag=mle_lr0.00075+train.learning_rate=0.00075",
@@ -131,8 +131,13 @@ def test_the_study_plans_the_rates_then_the_chosen_rate_on_fresh_seeds_then_tabl
     assert stage1.seeds == (0, 1, 2) and stage1.evaluate == (pipeline.VAL_EVAL,)
     assert stage3.seeds == (3, 4, 5, 6, 7) and stage3.evaluate == ()
     assert [r.label for r in stage3.rows][:2] == ["mle", "mle+loss.tag=mle_lr0.006+train.learning_rate=0.006"]
+    tables, ablation = calls  # Table 1's rows, then the ablation's (from the store) against the same tuned MLE
     assert tables["report"].baseline == "mle_lr0.006" and tables["seeds"] == [3, 4, 5, 6, 7]
     assert tables["report"].may_differ == ("train.learning_rate",)
+    assert ablation["out"] == tmp_path / "o" / "ablation" and ablation["report"].baseline == "mle_lr0.006"
+    labels = [r.label for r in ablation["rows"]]
+    assert labels[0] == "mle+loss.tag=mle_lr0.006+train.learning_rate=0.006" and "del_paper" in labels
+    assert "del_ce:1.28" in labels and ablation["selected"] == pipeline.ABLATION_OUT / "sweep" / "selected.json"
     chosen = json.loads((tmp_path / "o" / "sweep" / "selected_lr.json").read_text())
     assert chosen["learning_rate"] == 0.006 and chosen["default"] == 0.003
     assert "mle: learning rate 0.006 (row `mle_lr0.006`)" in (tmp_path / "o" / "sweep" / "sweep.md").read_text()

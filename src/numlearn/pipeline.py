@@ -1021,11 +1021,19 @@ def mle_lr(a, seeds: list[int], live) -> int:
         return failed
     _say(f"[mle-lr] {loss} at learning rate {chosen['learning_rate']:g} (the recipe's: {default:g}); every row "
          f"minus `{chosen['label']}` on seeds {seeds_arg(seeds)}")
-    return build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=Path(_MLE_LR.selected),
-                        command=command, report=Family(primary_benchmark=str(_MLE_LR.primary_benchmark),
-                                                       selection_seeds=tuple(sweep_seeds), baseline=chosen["label"],
-                                                       may_differ=("train.learning_rate",),
-                                                       family_metrics=tuple(_MLE_LR.family_metrics)))
+    report = Family(primary_benchmark=str(_MLE_LR.primary_benchmark), selection_seeds=tuple(sweep_seeds),
+                    baseline=chosen["label"], may_differ=("train.learning_rate",),
+                    family_metrics=tuple(_MLE_LR.family_metrics))
+    rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=Path(_MLE_LR.selected),
+                      command=command, report=report)
+    if rc != 0 or a.experiment != EXPERIMENT:
+        return rc
+    # the ablation's rows (its study's runs, from the store: nothing trains here) against the same tuned MLE
+    selected = ABLATION_OUT / "sweep" / "selected.json"
+    ablation = [Row(r) for r in ABLATION_ROWS] + [Row.parse(r) for r in ABLATION_CONTROLS]
+    ablation = list(dict.fromkeys([tuned, *ablation, *selected_rows(selected)]))
+    return build_tables(ablation, seeds, a.out / "ablation", experiment=a.experiment, store=a.store, selected=selected,
+                        command=command, report=report)
 
 
 def _run_planned(requests, common: dict, jobs: int, live) -> int:
