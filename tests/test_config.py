@@ -304,6 +304,7 @@ def test_official_harness_needs_a_preset(cli):
     ("+loss.bogus=1", "+loss.bogus: no loss config defines 'bogus'"),
     ("++loss.bogus=1", "unknown option(s) ['bogus']"),  # forced past the CLI and the schema: build_loss refuses it
     ("+train.max_stepz=3", "did you mean train.max_steps?"),  # issue 29: was accepted and ignored
+    ("train.max_stpes=10", "train.max_stpes: no train config defines 'max_stpes'; did you mean train.max_steps?"),
     ("train.max_steps=abc", "train.max_steps='abc': the schema types train.max_steps as Optional[int]"),
     ("eval.temperature=hot", "eval.temperature='hot': the schema types eval.temperature as float"),
     ("train.bf16=maybe", "train.bf16='maybe': the schema types train.bf16 as bool"),

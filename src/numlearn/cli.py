@@ -234,6 +234,8 @@ def check_group_overrides(argv: list[str], prog: str) -> None:
         key, value = arg.split("=", 1)
         if key.startswith("+") and not key.startswith("++") and "." in key:
             _check_added_key(root, key.lstrip("+"), prog)
+        elif "." in key and not key.startswith(("+", "~", "hydra.")):  # a misspelt key: one line, not Hydra's 7
+            _check_added_key(root, key, prog, added=False)
         key = key.lstrip("+~")
         gdir = root / key
         if not gdir.is_dir() or not value or value == "null":
@@ -426,9 +428,10 @@ def require_extra(modules: tuple[str, ...], extra: str, prog: str) -> None:
                  f"(pip install 'numlearn[{extra}]', or `make setup` in a clone for the pinned set)")
 
 
-def _check_added_key(root: Path, dotted: str, prog: str) -> None:
+def _check_added_key(root: Path, dotted: str, prog: str, added: bool = True) -> None:
     """``+train.max_stepz=3`` adds a key no code reads: exit with one line (and the nearest known key)
-    when ``group.key`` names a config group whose files define no such key. ``++`` forces it."""
+    when ``group.key`` names a config group whose files define no such key. ``++`` forces it. Without the
+    ``+`` (``added=False``: ``train.max_stpes=10``, which Hydra refuses in seven lines) the same one line."""
     import difflib
 
     from omegaconf import OmegaConf
@@ -447,6 +450,10 @@ def _check_added_key(root: Path, dotted: str, prog: str) -> None:
     first = rest.split(".", 1)[0]
     if first not in known:
         near = difflib.get_close_matches(first, sorted(known), n=1)
+        if not added:
+            sys.exit(f"{prog}: error: {dotted}: no {group} config defines {first!r}"
+                     + (f"; did you mean {group}.{near[0]}?" if near else "")
+                     + f" (+{dotted}=... adds a new key)")
         sys.exit(f"{prog}: error: +{dotted}: no {group} config defines {first!r}, so nothing would read it"
                  + (f"; did you mean {group}.{near[0]}?" if near else "")
                  + " (++ adds it anyway)")
