@@ -74,7 +74,7 @@ gpu-check-dry-run: setup data assets ## The GPU check's plan, files and imports,
 	bash experiments/gpu_check.sh --dry-run
 
 lint: setup ## ruff, and the README/docs against the committed results (tables, numbers)
-	$(VENV)/bin/ruff check src tests experiments examples
+	$(VENV)/bin/ruff check src tests experiments examples tools
 	$(PY) -m numlearn.reporting.docs check README.md CHANGELOG.md docs/*.md
 
 docs: setup ## Rewrite the README's and docs/' result blocks from the committed result files, then check every number
