@@ -86,3 +86,27 @@ def test_the_readme_summary_holds_the_pretrained_dist2_result():
     assert rob["verdict"] == "significant"
     cell = f"+{float(rob['delta']):.1f} [+{float(rob['ci_low']):.1f}, +{float(rob['ci_high']):.1f}]"
     assert f"DIST2 (val-chosen 1.0) {cell} on fresh seeds, significant" in _prose("README.md")
+
+
+def test_the_pooled_family_table_is_what_the_committed_robustness_tables_give(tmp_path):
+    """results/families (issue 61 item 1) re-derives from the studies' committed robustness.csv: the script's
+    table now equals the committed one, and the README marks each claim it quotes that the pooled family drops."""
+    import importlib.util
+
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    fam, rd = load("one_family", REPO / "experiments" / "one_family.py"), load("rd", REPO / "tools" / "results_diff.py")
+    assert fam.main(["--out", str(tmp_path)]) == 0
+    committed = (RESULTS / "families" / "families.csv").read_text()
+    assert rd.csv_differences(committed, (tmp_path / "families.csv").read_text(), "families.csv") == []
+    rows = _rows(RESULTS / "families" / "families.csv")
+    dropped = {(r["study"], r["loss"], r["metric"]) for r in rows
+               if r["significant_in_study"] == "True" and r["significant_pooled"] == "False"}
+    assert ("table1_tiny", "del (alpha=1.28)", "heldout: digit_acc") in dropped
+    readme = _prose("README.md")
+    assert "-5.7 [-8.7, -3.3] (not in the pooled family)" in readme
+    assert "+0.772 [+0.498, +0.990], is, but not in the pooled family" in readme
