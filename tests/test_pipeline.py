@@ -68,7 +68,7 @@ def test_table1_runs_every_row_and_the_chosen_weights_then_tables_from_the_same_
     assert seeds == [0, 1] and kw["reuse"] and kw["evaluate_overrides"] == [] and calls["jobs"] == 3
     t_rows, t_seeds, out, t_kw = calls["tables"]
     assert t_rows == rows and t_seeds == [0, 1] and out == Path("results/table1_tiny")
-    assert t_kw["command"] == "make reproduce-table1 SEEDS=2 REUSE=1"
+    assert t_kw["command"] == f"make reproduce-table1 SEEDS=2 REUSE=1 (with --selected {sel})"  # given: recorded
 
 
 def test_tables_train_nothing_and_unswept_reads_only_the_seeds_the_sweep_never_saw(recorded, capsys):
@@ -77,7 +77,7 @@ def test_tables_train_nothing_and_unswept_reads_only_the_seeds_the_sweep_never_s
                           "--command", "make table1-unswept SEEDS=8"]) == 0
     assert "plan" not in calls and "jobs" not in calls
     _, seeds, out, kw = calls["tables"]
-    assert seeds == [3, 4, 5, 6, 7] and out == Path("/tmp/t") and kw["command"] == "make table1-unswept SEEDS=8"
+    assert seeds == [3, 4, 5, 6, 7] and out == Path("/tmp/t") and kw["command"] == f"make table1-unswept SEEDS=8 (with --selected {sel})"
     assert pipeline.main(["tables", "--seeds", "3", "--from-seed", "3"]) == 2
     assert "leaves no seed from 3 on" in capsys.readouterr().err
 
@@ -476,3 +476,17 @@ def test_a_paper_preset_gets_its_own_rows_not_the_tiny_models_chosen_weights(rec
     calls.clear()
     assert pipeline.main(["table1", "--seeds", "1"]) == 0  # the tiny recipe: its own sweep's choice, as before
     assert calls["tables"][3]["selected"] == pipeline.SELECTED
+
+
+def test_a_tables_header_records_the_overrides_a_make_alias_does_not_name(recorded):
+    """Issue 66 item 2: `make reproduce-table1 ARGS="--override train.max_steps=30"` passed --command "make
+    reproduce-table1 SEEDS=1", so the header named the alias alone; what changed the recipe is appended now."""
+    calls, _ = recorded
+    assert pipeline.main(["table1", "--seeds", "1", "--command", "make reproduce-table1 SEEDS=1", "--override",
+                          "train.max_steps=30", "--rows", "mle,del", "--selected", "none"]) == 0
+    command = calls["tables"][3]["command"]
+    assert command == ("make reproduce-table1 SEEDS=1 (with --override train.max_steps=30 --rows mle,del "
+                       "--selected none)"), command
+    calls.clear()
+    assert pipeline.main(["table1", "--seeds", "1", "--command", "make reproduce-table1 SEEDS=1"]) == 0
+    assert calls["tables"][3]["command"] == "make reproduce-table1 SEEDS=1"  # the default run: nothing to add

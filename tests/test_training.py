@@ -382,6 +382,7 @@ def test_a_finished_run_is_not_silently_reused_for_another_recipe(tmp_path, capl
         train(_cfg(tmp_path, "loss=mle", "data.n_train=150"))
     msg = str(e.value)
     assert "data.n_train: 200 -> 150" in msg and "experiment_name=" in msg and "force=true" in msg
+    assert 'through make: ARGS="--override experiment_name=<new name>"' in msg  # issue 66 item 2: passable there
     assert (run / "final" / "model.safetensors").read_bytes() == weights
     moved = train(_cfg(tmp_path, "loss=mle", "data.n_train=150", "experiment_name=other"))
     assert moved != run and (moved / "final").is_dir()

@@ -457,6 +457,19 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _with_what_changed(command: str, a) -> str:
+    """Issue 66 item 2: a table's header records every option that changed what was trained or tabled, even
+    when ``--command`` names a make alias (``make reproduce-table1 SEEDS=1`` run with ``ARGS="--override
+    train.max_steps=30"`` once recorded only the alias): each override, and the rows, experiment and chosen
+    weights the command line gave (not a study file's), that the command string does not already hold."""
+    argv = shlex.split(getattr(a, "invocation", ""))
+    given = [f"--override {o}" for o in getattr(a, "override", None) or ()]
+    given += [f"{flag} {argv[i + 1]}" for i, flag in enumerate(argv[:-1]) if flag in ("--rows", "--experiment",
+                                                                                       "--selected")]
+    missing = [g for g in given if g.split(" ", 1)[1] not in command]
+    return command + (f" (with {' '.join(missing)})" if missing else "")
+
+
 def _chosen_weights(a) -> Path | None:
     """``--selected auto``: the tiny sweep's chosen weights for the tiny recipe only -- they were chosen on the
     tiny model, so a paper preset gets the paper's rows (and is told so); a file given for a paper preset is
@@ -683,6 +696,7 @@ def _dispatch(a) -> int:
                                     if default else a.invocation)
         else:
             command = a.command or a.invocation
+        command = _with_what_changed(command, a)
         report = Family(primary_benchmark=a.primary_benchmark, family=tuple(getattr(a, "family", None) or ()),
                         family_metrics=tuple(m for m in a.family_metrics.split(",") if m))
         rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from numlearn.losses import TokenLoss
 
 log = logging.getLogger(__name__)
+# how the two ways out of a run dir that holds another recipe are given through the pipeline and make (issue 66)
+THROUGH = ('(through the pipeline: --override experiment_name=<new name>; through make: ARGS="--override '
+           'experiment_name=<new name>")')
 
 
 def _abs(p) -> Path:
@@ -390,12 +393,12 @@ class TrainRecipe:
             if have is not None and (diff := recipe_differences(training_recipe(have), training_recipe(cfg))):
                 raise ValueError(f"{run_dir} holds a complete run trained under another recipe ({'; '.join(diff[:4])}"
                                  f"{' ...' if len(diff) > 4 else ''}): give this one a run dir of its own with "
-                                 "experiment_name=<new name>, or replace that run with force=true")
+                                 f"experiment_name=<new name>, or replace that run with force=true {THROUGH}")
             stored = done.extra.get("inputs") or {}
             if diff := input_differences(stored, self.inputs(records="records_sha256" in stored)):
                 raise ValueError(f"{run_dir} holds a complete run trained on other data ({'; '.join(diff[:3])}): the "
                                  "same recipe on changed data is another run; give it a run dir of its own with "
-                                 "experiment_name=<new name>, or replace that run with force=true")
+                                 f"experiment_name=<new name>, or replace that run with force=true {THROUGH}")
             log.info("already complete, skipping: %s (force=true to retrain)", run_dir)
             return run_dir
         self.plan()
