@@ -156,7 +156,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
     stage = Path(tempfile.mkdtemp(prefix="numlearn-tables-"))
     try:
         args = ["--exclude-benchmarks", TEST_EXCLUDE, "--out", str(stage), "--command", command,
-                *(["--baseline", report.baseline] if report.baseline != "mle" else []),
+                "--baseline", report.baseline,
                 *(["--recipe-may-differ-in", ",".join(report.may_differ)] if report.may_differ else []),
                 *(["--selected", str(selected)] if selected is not None and selected.is_file() else [])]
         with contextlib.redirect_stdout(io.StringIO()):  # every table goes to files; the console gets one
@@ -457,6 +457,47 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _table1(a, seeds: list[int], live) -> int:
+    """``table1`` (train, evaluate, publish every row, then the tables) and ``tables`` (the tables from the store
+    only): the rows given or Table 1's, the chosen weights added, every override recorded in the header."""
+    a.selected = _chosen_weights(a)
+    rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
+    rows += [r for r in selected_rows(a.selected) if r not in rows]
+    if extra := tuple(getattr(a, "override", None) or ()):
+        rows = [Row(r.loss, r.alpha, (*r.extra, *extra)) for r in rows]
+    if a.cmd == "table1" and a.compare_with is not None and a.compare_with.resolve() == a.store.resolve():
+        raise PipelineError(f"--compare-with {a.compare_with} is the store this run publishes into (--store): "
+                            "give the user's own store, e.g. --store outputs/store")
+    if a.cmd == "table1":
+        jobs = plan_rows(rows, seeds, experiment=a.experiment, evaluate_overrides=[], store=a.store,
+                         outputs=a.outputs, reuse=a.reuse, say=_say)
+        if a.executor != "local" or a.plan:
+            return submitted(a, jobs, rows, seeds)
+        failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
+        if failed:
+            report_failures(failed, _say)
+            return 1
+        default = (a.rows is None and a.out == TABLE1_OUT and a.experiment == EXPERIMENT
+                   and a.store == STORE)
+        command = a.command or (f"make reproduce-table1 SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else "")
+                                if default else a.invocation)
+    else:
+        command = a.command or a.invocation
+    command = _with_what_changed(command, a)
+    report = Family(primary_benchmark=a.primary_benchmark, family=tuple(getattr(a, "family", None) or ()),
+                    family_metrics=tuple(m for m in a.family_metrics.split(",") if m))
+    rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,
+                      command=command, report=report)
+    if rc == 0 and a.out.resolve() == TABLE1_OUT.resolve():
+        _docs_hint()
+    if rc == 0 and a.cmd == "table1" and a.compare_with is not None:
+        say = lambda m: print(m, flush=True)  # noqa: E731
+        compare_with_store(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with, say=say)
+        agreement(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with,
+                  selected=a.selected, column=f"{a.primary_benchmark} (cot)", say=say)
+    return rc
+
+
 def _with_what_changed(command: str, a) -> str:
     """Issue 66 item 2: a table's header records every option that changed what was trained or tabled, even
     when ``--command`` names a make alias (``make reproduce-table1 SEEDS=1`` run with ``ARGS="--override
@@ -673,42 +714,7 @@ def _dispatch(a) -> int:
         _study_as_table1(a)
     _refuse_cluster_flags(a)
     if a.cmd in ("table1", "tables"):
-        a.selected = _chosen_weights(a)
-        rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
-        rows += [r for r in selected_rows(a.selected) if r not in rows]
-        if extra := tuple(getattr(a, "override", None) or ()):
-            rows = [Row(r.loss, r.alpha, (*r.extra, *extra)) for r in rows]
-        if a.cmd == "table1" and a.compare_with is not None and a.compare_with.resolve() == a.store.resolve():
-            raise PipelineError(f"--compare-with {a.compare_with} is the store this run publishes into (--store): "
-                                "give the user's own store, e.g. --store outputs/store")
-        if a.cmd == "table1":
-            jobs = plan_rows(rows, seeds, experiment=a.experiment, evaluate_overrides=[], store=a.store,
-                             outputs=a.outputs, reuse=a.reuse, say=_say)
-            if a.executor != "local" or a.plan:
-                return submitted(a, jobs, rows, seeds)
-            failed = run_jobs(jobs, a.jobs, live=live) if jobs else []
-            if failed:
-                report_failures(failed, _say)
-                return 1
-            default = (a.rows is None and a.out == TABLE1_OUT and a.experiment == EXPERIMENT
-                       and a.store == STORE)
-            command = a.command or (f"make reproduce-table1 SEEDS={a.seeds}" + (" REUSE=1" if a.reuse else "")
-                                    if default else a.invocation)
-        else:
-            command = a.command or a.invocation
-        command = _with_what_changed(command, a)
-        report = Family(primary_benchmark=a.primary_benchmark, family=tuple(getattr(a, "family", None) or ()),
-                        family_metrics=tuple(m for m in a.family_metrics.split(",") if m))
-        rc = build_tables(rows, seeds, a.out, experiment=a.experiment, store=a.store, selected=a.selected,
-                          command=command, report=report)
-        if rc == 0 and a.out.resolve() == TABLE1_OUT.resolve():
-            _docs_hint()
-        if rc == 0 and a.cmd == "table1" and a.compare_with is not None:
-            say = lambda m: print(m, flush=True)  # noqa: E731
-            compare_with_store(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with, say=say)
-            agreement(rows, seeds, experiment=a.experiment, store=a.store, committed=a.compare_with,
-                      selected=a.selected, column=f"{a.primary_benchmark} (cot)", say=say)
-        return rc
+        return _table1(a, seeds, live)
     if a.cmd == "ablation":
         return ablation(a, seeds, live)
     if a.cmd == "chunked":

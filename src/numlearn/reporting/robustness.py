@@ -52,6 +52,7 @@ DEFAULT_PRIMARY = (("accuracy", "synthetic_test (cot)", True), ("distance", "syn
 MIN_SEEDS_FOR_VERDICT = 5  # below this: per-seed values and a sign count, no significance call
 ALPHA = 0.05
 HEADING = "Which 'minus MLE' differences hold"
+LEVEL = 0.95  # every interval's coverage
 SEEDS_ONLY = "seeds only"  # the held-out metrics' bootstrap: one value per trained model, no problem level
 BASELINE = "mle"  # every comparison is a row minus this one, as in table1.md's "minus MLE" tables
 
@@ -139,10 +140,11 @@ def grid_edges(selected: dict | None) -> dict[tuple[str, float], str]:
 
 
 def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_seeds=(), selected=None,
-               n_boot: int = 20000, level: float = 0.95, family_metrics=(), baseline: str = BASELINE) -> pd.DataFrame:
+               n_boot: int = 20000, family_metrics=(), baseline: str = BASELINE) -> pd.DataFrame:
     """One row per (table row, primary metric), each minus ``baseline`` (a row's loss or tag: ``mle``, or the
     tuned MLE ``mle_lr0.006``). ``family``: declared (row, alpha, metric) comparisons; ``family_metrics``: every
     other row on these metrics is in the family too (a study's rule)."""
+    level = LEVEL
     df = df.copy()
     df["label"] = _row_label(df)
     if not (df["loss"] == baseline).any():
