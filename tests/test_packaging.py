@@ -145,3 +145,25 @@ def test_the_public_api_is_fully_annotated():
             if params or sig.return_annotation is inspect.Signature.empty:
                 missing.append(f"{fname}({', '.join(params)}){' -> ?' if sig.return_annotation is inspect.Signature.empty else ''}")
     assert not missing, missing
+
+
+def test_make_lock_writes_the_same_file_whatever_order_pip_prints(monkeypatch, tmp_path):
+    """Issue 66 item 5: `make lock` on a fresh setup reordered constraints.txt (pip freeze's order is its own).
+    The pins are written in canonical-name order: two freezes in different orders give one file, which is the
+    committed file's order."""
+    env = _env_tool()
+    lock = tmp_path / "constraints.txt"
+    lock.write_text("# header\n")
+    monkeypatch.setattr(env, "LOCK", lock)
+    frozen = ["typing_extensions==4.16.0", "peft==0.21.2", "PyYAML==6.0", "parso==0.8.7",
+              "typing-inspection==0.4.5", "torch==2.13.0+cpu", "numlearn==0.1"]
+    written = []
+    for order in (frozen, frozen[::-1]):
+        monkeypatch.setattr(env.subprocess, "run", lambda *a, order=order, **k: subprocess.CompletedProcess(
+            a, 0, "\n".join(order) + "\n", ""))
+        env.lock(type("A", (), {"venv": str(tmp_path / "v")})())
+        written.append(lock.read_text())
+    assert written[0] == written[1] == ("# header\nparso==0.8.7\npeft==0.21.2\nPyYAML==6.0\ntorch==2.13.0\n"
+                                        "typing_extensions==4.16.0\ntyping-inspection==0.4.5\n")
+    pins = [ln for ln in (REPO / "constraints.txt").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert pins == sorted(pins, key=env.pin_key)  # the committed lock is in that order already

