@@ -352,6 +352,7 @@ def test_an_unknown_model_offline_is_one_line(data_dir, cli, tmp_path):
     assert r.returncode != 0 and len(lines) == 1 and "'nosuchmodel'" in lines[0] and "offline" in lines[0]
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 def test_a_paper_preset_dry_run_offline_names_the_offline_twin(tmp_path):
     """No hub: one line that names the preset's local tokenizer (model.assets_tokenizer), not a
     Hugging Face traceback. (A subprocess: HF_HOME is read when huggingface_hub is first imported.)"""

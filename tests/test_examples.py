@@ -31,6 +31,7 @@ def _run(cmd):
     return r.stdout
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 @pytest.mark.parametrize("script", sorted(CHECKS))
 def test_example_runs(script):
     assert CHECKS[script] in _run([sys.executable, str(EXAMPLES / script)])

@@ -395,6 +395,7 @@ def test_a_study_without_a_cluster_path_refuses_executor_and_plan_and_starts_not
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 def test_table1_tables_for_the_sweeps_seeds_refuses_in_one_line_and_writes_nothing(cli, tmp_path):
     """Issue 66 item 1: make help's example (TABLE1_SEEDS=0,1,2) ended in pandas' message after rewriting the
     committed tables; the val-chosen rows have no fresh seed there. One line naming the fix; nothing written."""

@@ -92,6 +92,7 @@ def test_library_tutorial_is_committed_with_outputs_of_its_generator():
     assert all(c.outputs for c in committed.cells if c.cell_type == "code")
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 def test_library_tutorial_executes():
     import re
 

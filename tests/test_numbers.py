@@ -294,9 +294,10 @@ BUILT_FROM_PYPI = {
 }
 
 
-# the two large vocabularies (151,665 and 102,401 entries: 20 s and 11 s to build) run in the long tier (CI's
-# make test-distributed); the other three keep every builder kind in the default tier
-_SLOW_BUILDS = {"qwen2.5", "deepseek-llm"}
+# the two large vocabularies (151,665 and 102,401 entries: 20 s and 11 s to build) and llama2-spm (the same
+# builder as mistral-v1) run in the long tier (CI's make test-distributed); smollm2 (BPE) and mistral-v1
+# (SentencePiece) keep every builder kind in the default tier
+_SLOW_BUILDS = {"qwen2.5", "deepseek-llm", "llama2-spm"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n in _SLOW_BUILDS else n

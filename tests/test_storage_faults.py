@@ -66,6 +66,7 @@ def _result(r) -> tuple[int, list[str], dict]:
     return rc, errors, check
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 def test_training_on_a_full_disk_is_one_line_and_not_complete(tmp_path):
     out = str(tmp_path / "out")
     # a small model whose first checkpoint's optimizer state overflows the disk: torch.save then says only
@@ -96,6 +97,7 @@ def _evaluate(model: Path, out: str) -> list[str]:
             "eval.benchmarks.synthetic_test.generator.n=200", "eval.benchmarks.synthetic_ood.generator.n=10"]
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 def test_evaluation_on_a_full_disk_is_one_line_and_writes_no_result(saved_tiny_model, tmp_path):
     out = str(tmp_path / "out")
     r = _in_fault(["--size", "120000", "--tmpfs", out], out, *_evaluate(saved_tiny_model, out))

@@ -147,6 +147,7 @@ def test_resume_after_interruption(tmp_path, monkeypatch):
     assert [m["step"] for m in _metrics(forced) if "loss" in m] == [2, 4, 6]
 
 
+@pytest.mark.long  # the default tier's time (make test-distributed and CI run it)
 def test_alpha_multirun_leaves_one_run_dir_per_value(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     r = subprocess.run([sys.executable, "-m", "numlearn.train", "-m", "loss=del", "loss.alpha=0.1,0.3",
