@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from numlearn.data.sources import DataError
-from numlearn.evaluation.backends.base import Backend, SamplingConfig, truncate_at_stop
+from numlearn.evaluation.backends.base import Backend, GreedyReuse, SamplingConfig, truncate_at_stop
 from numlearn.evaluation.benchmarks import Problem, load_benchmark
 from numlearn.evaluation.metrics import compute_metrics
 from numlearn.evaluation.runner import evaluate_problems, read_jsonl
@@ -70,6 +70,29 @@ def test_paper_mode_falls_back_to_cot(tmp_path):
     assert recs[1]["program_ok"] is False
     assert "NameError" in recs[1]["attempts"][0]["program"]["strict"]["error"]
     assert [a["kind"] for a in recs[0]["attempts"]] == ["pot", "cot"]
+
+
+def test_modes_generate_a_shared_greedy_prompt_once(tmp_path):
+    """``[cot, pot, paper]`` in one process: paper's PoT attempts are pot's prompts and its backups cot's, so the
+    wrapped backend generates 8 distinct prompts for 4 problems (not 16), and paper's lines are what a fresh backend
+    gives; a sampled (temperature > 0) request is generated again."""
+    def fn(prompt):
+        i = int(prompt.split("What is ")[1].split(" ")[0])
+        return ("print(undefined_name)" if i % 2 else f"print({2 * i})") if "program" in prompt else f"The answer is {2 * i}."
+    inner = ScriptedBackend(fn)
+    reuse = GreedyReuse(inner)
+    infos = {m: evaluate_problems(_problems(4), reuse, "gsm8k", m, SAMPLING, tmp_path / m / "g.jsonl")
+             for m in ("cot", "pot", "paper")}
+    assert len(inner.prompts) == len(set(inner.prompts)) == 8
+    assert [infos[m].get("reused_completions") for m in ("cot", "pot", "paper")] == [0, 0, 6]  # 4 PoT + 2 backups
+    fresh = tmp_path / "fresh.jsonl"
+    evaluate_problems(_problems(4), ScriptedBackend(fn), "gsm8k", "paper", SAMPLING, fresh)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "chain"} for r in rows]  # noqa: E731
+    assert strip(read_jsonl(tmp_path / "paper" / "g.jsonl")[0]) == strip(read_jsonl(fresh)[0])
+    sampled = SamplingConfig(max_new_tokens=32, temperature=0.7)
+    reuse.generate(["What is 1 + 1?"], sampled)
+    reuse.generate(["What is 1 + 1?"], sampled)
+    assert inner.prompts[-2:] == ["What is 1 + 1?"] * 2
 
 
 def test_multiple_choice_uses_primed_cot(tmp_path):

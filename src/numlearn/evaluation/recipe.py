@@ -85,7 +85,9 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
         import torch
 
         torch.set_num_threads(int(threads))  # before the backend: recorded in provenance below
-    backend = backend_from_config(ecfg, model_path, seed=int(cfg.seed))
+    from .backends import GreedyReuse
+
+    backend = GreedyReuse(backend_from_config(ecfg, model_path, seed=int(cfg.seed)))  # modes share greedy prompts
     prov = provenance()
     teacher_forced = _teacher_forced(tcfg, tf_records, backend, model_path) if tcfg else None
     # what the generations come from, fixed for this evaluation (the model dir is walked once)

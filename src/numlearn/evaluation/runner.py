@@ -412,12 +412,15 @@ def _check_chain(walk: ChainWalk, out_path: Path, done: list[dict], stale_ids: s
 
 def _throughput(before: dict, after: dict | None) -> dict:
     """Tokens generated for this call and the backend's own generation time (programs excluded)."""
-    if not after:
-        return {}
-    tokens = after["generated_tokens"] - before.get("generated_tokens", 0)
-    secs = after["generate_seconds"] - before.get("generate_seconds", 0.0)
-    return {"generated_tokens": int(tokens), "backend_generate_seconds": round(secs, 3),
-            "tokens_per_s": round(tokens / secs, 1) if secs > 0 else None}
+    out = {}
+    if after and "generated_tokens" in after:
+        tokens = after["generated_tokens"] - before.get("generated_tokens", 0)
+        secs = after["generate_seconds"] - before.get("generate_seconds", 0.0)
+        out = {"generated_tokens": int(tokens), "backend_generate_seconds": round(secs, 3),
+               "tokens_per_s": round(tokens / secs, 1) if secs > 0 else None}
+    if after and "reused_completions" in after:  # greedy completions another mode of this process generated (GreedyReuse)
+        out["reused_completions"] = after["reused_completions"] - before.get("reused_completions", 0)
+    return out
 
 
 def _generate_missing(todo, backend, task: EvalTask, scorer, expected, programs, bar, head) -> tuple[int, str]:

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from .base import Backend, GenerationRequest, SamplingConfig
+from .base import Backend, GenerationRequest, GreedyReuse, SamplingConfig
 
 
 def get_backend(name: str, model_path: str, **kwargs) -> Backend:
@@ -21,4 +21,4 @@ def get_backend(name: str, model_path: str, **kwargs) -> Backend:
     raise ValueError(f"unknown generation backend {name!r}; choose 'hf' or 'vllm'")
 
 
-__all__ = ["Backend", "GenerationRequest", "SamplingConfig", "get_backend"]
+__all__ = ["Backend", "GenerationRequest", "GreedyReuse", "SamplingConfig", "get_backend"]

@@ -56,3 +56,37 @@ class Backend:
 
     def describe(self) -> dict:
         return {"backend": self.name}
+
+
+class GreedyReuse:
+    """A backend that generates a greedy (prompt, sampling) pair once per process.
+
+    Greedy decoding is a function of the prompt and the sampling parameters, and the modes share prompts: mode
+    ``paper``'s first attempt on an open set is mode ``pot``'s prompt and its CoT backup is mode ``cot``'s. An
+    evaluation of ``[cot, pot, paper]`` therefore generates each such prompt once and records the other use as
+    reused (``stats["reused_completions"]``, copied into each result's ``generation``). Sampling with a
+    temperature is never reused. Everything else (``name``, ``describe()``, an hf backend's ``model``) is the
+    wrapped backend's."""
+
+    def __init__(self, inner: Backend):
+        self.inner = inner
+        self.reused = 0
+        self._memo: dict[tuple, str] = {}
+
+    def __getattr__(self, attr: str):
+        return getattr(self.inner, attr)
+
+    @property
+    def stats(self) -> dict:
+        return {**(getattr(self.inner, "stats", None) or {}), "reused_completions": self.reused}
+
+    def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[str]:
+        if sampling.temperature != 0:
+            return self.inner.generate(prompts, sampling)
+        keys = [(p, sampling) for p in prompts]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._memo))
+        if missing:
+            for k, completion in zip(missing, self.inner.generate([p for p, _ in missing], sampling)):
+                self._memo[k] = completion
+        self.reused += len(keys) - len(missing)
+        return [self._memo[k] for k in keys]
