@@ -95,6 +95,32 @@ def test_modes_generate_a_shared_greedy_prompt_once(tmp_path):
     assert inner.prompts[-2:] == ["What is 1 + 1?"] * 2
 
 
+def test_a_resumed_line_serves_the_other_modes(tmp_path):
+    """A new process that resumes mode cot from its file remembers those completions: mode paper's CoT backups
+    are not generated again, only its PoT attempts."""
+    def fn(prompt):
+        return "I cannot write code." if "program" in prompt else "The answer is 2."
+    evaluate_problems(_problems(4), GreedyReuse(ScriptedBackend(fn)), "gsm8k", "cot", SAMPLING, tmp_path / "cot.jsonl")
+    later = ScriptedBackend(fn)
+    reuse = GreedyReuse(later)
+    assert evaluate_problems(_problems(4), reuse, "gsm8k", "cot", SAMPLING, tmp_path / "cot.jsonl")["n_resumed"] == 4
+    info = evaluate_problems(_problems(4), reuse, "gsm8k", "paper", SAMPLING, tmp_path / "paper.jsonl")
+    assert info["n_backup_generations"] == 4 and info["reused_completions"] == 4
+    assert len(later.prompts) == 4 and all("program" in p for p in later.prompts)
+
+
+@pytest.mark.parametrize("requested, choice, open_set", [
+    (["cot", "pot"], ["cot"], ["cot", "pot"]),
+    (["pot"], ["cot"], ["pot"]),
+    (["cot", "pot", "paper"], ["cot", "paper"], ["cot", "pot", "paper"]),
+    (["paper"], ["paper"], ["paper"]),
+])
+def test_multiple_choice_has_no_pot_mode(requested, choice, open_set):
+    from numlearn.evaluation.spec import as_spec
+
+    assert as_spec("aqua").modes(requested) == choice and as_spec("gsm8k").modes(requested) == open_set
+
+
 def test_multiple_choice_uses_primed_cot(tmp_path):
     be = ScriptedBackend(lambda p: "The answer is (C)")
     out = tmp_path / "g.jsonl"

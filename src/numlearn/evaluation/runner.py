@@ -363,6 +363,10 @@ def _evaluate_locked(problems, backend, task: EvalTask, scorer) -> dict:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         tmp.replace(out_path)
     done_ids = {r["id"] for r in done}
+    if remember := getattr(backend, "remember", None):  # a resumed line's completions serve the other modes too
+        for r in done:
+            for a in r["attempts"]:
+                remember(a["prompt"], task.sampling, a["completion"])
     todo = [p for p in problems if p.id not in done_ids]
     bar = _Progress(len(todo), f"{task.benchmark.name}/{task.mode}")
     t0 = time.time()

@@ -34,10 +34,13 @@ class BenchmarkSpec:
             raise ValueError(f"benchmark {self.name!r}: answer=choice needs choice_letters (e.g. ABCDE)")
 
     def modes(self, requested) -> list[str]:
-        """The modes this benchmark is evaluated in: a multiple-choice answer has no program to run,
-        so without the ``paper`` mode (PoT with CoT backup) it is CoT only."""
+        """The modes this benchmark is evaluated in: a multiple-choice answer has no program to run, so its
+        ``pot`` is ``cot`` (``[cot, pot]`` -> ``[cot]``; ``[cot, pot, paper]`` -> ``[cot, paper]``, where ``paper`` is
+        the primed CoT the paper runs on multiple choice)."""
         modes = list(requested)
-        return ["cot"] if "paper" not in modes and self.answer == "choice" else modes
+        if self.answer != "choice" or "pot" not in modes:
+            return modes
+        return list(dict.fromkeys("cot" if m == "pot" else m for m in modes))
 
     @property
     def all_triggers(self) -> tuple[str, ...]:

@@ -65,7 +65,7 @@ class GreedyReuse:
     ``paper``'s first attempt on an open set is mode ``pot``'s prompt and its CoT backup is mode ``cot``'s. An
     evaluation of ``[cot, pot, paper]`` therefore generates each such prompt once and records the other use as
     reused (``stats["reused_completions"]``, copied into each result's ``generation``). Sampling with a
-    temperature is never reused. Everything else (``name``, ``describe()``, an hf backend's ``model``) is the
+    temperature is never reused. A resumed line's completions are remembered too (``remember``). Everything else (``name``, ``describe()``, an hf backend's ``model``) is the
     wrapped backend's."""
 
     def __init__(self, inner: Backend):
@@ -79,6 +79,11 @@ class GreedyReuse:
     @property
     def stats(self) -> dict:
         return {**(getattr(self.inner, "stats", None) or {}), "reused_completions": self.reused}
+
+    def remember(self, prompt: str, sampling: SamplingConfig, completion: str) -> None:
+        """A completion generated before (a resumed line of this model and sampling), kept for reuse."""
+        if sampling.temperature == 0:
+            self._memo.setdefault((prompt, sampling), completion)
 
     def generate(self, prompts: list[str], sampling: SamplingConfig) -> list[str]:
         if sampling.temperature != 0:
