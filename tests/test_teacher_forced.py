@@ -141,3 +141,60 @@ def test_evaluation_measures_and_training_does_not(tmp_path):
                              AutoTokenizer.from_pretrained(run_dir / "final"), recs, 256)
     assert direct == {k: tf[k] for k in direct}
     assert ResultRecord.read(files[0]).heldout == tf  # what the held-out tables read
+
+
+class _VLLMLike:
+    """A backend that holds no torch model, as vLLM's does: it answers, and records when it is closed."""
+
+    name = "vllm"
+
+    def __init__(self, events):
+        self.events, self.stats = events, {"generated_tokens": 0, "generate_seconds": 0.0}
+
+    def generate(self, prompts, sampling):
+        self.events.append("generate")
+        return ["The answer is 1."] * len(prompts)
+
+    def describe(self):
+        return {"backend": self.name, "dtype": "bfloat16"}
+
+    def close(self):
+        self.events.append("close")
+
+
+@pytest.mark.parametrize("device_override, expected", [([], "cuda"), (["eval.teacher_forced.device=cpu"], "cpu")])
+def test_a_vllm_evaluations_teacher_forced_pass_runs_on_its_device_after_the_engine_is_released(
+        tmp_path, monkeypatch, device_override, expected):
+    """With a generation backend that holds no torch model, the teacher-forced pass comes after every generation,
+    after the engine is closed, on the GPU where there is one (CUDA is faked here; the model then loads on the CPU
+    that exists), or where eval.teacher_forced.device says; its numbers are the hf path's."""
+    from numlearn.evaluate import run_evaluation
+    from numlearn.evaluation import recipe, teacher_forced
+    from numlearn.training.run import train
+
+    over = ["model.config.hidden_size=32", "model.config.intermediate_size=64", "model.config.num_hidden_layers=2",
+            "model.config.num_attention_heads=2", "model.config.num_key_value_heads=2", "model.vocab_size=300",
+            "data.n_train=100", "train=smoke", "train.max_steps=2", f"paths.output_dir={tmp_path}/out",
+            f"paths.cache_dir={tmp_path}/cache", "eval.teacher_forced.n=6", "eval.benchmarks.synthetic_test.generator.n=3",
+            "eval.benchmarks.synthetic_ood.generator.n=2", "eval.max_new_tokens_cap=4", "eval.modes=[cot]"]
+    events, devices = [], []
+    real_measure = teacher_forced.measure
+
+    def measure(model_path, tcfg, records, model=None, tokenizer=None, device="cpu"):
+        events.append("measure")
+        devices.append(device)
+        return real_measure(model_path, tcfg, records, model, tokenizer, device="cpu")
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        train(compose("config", overrides=over))
+        hf_files = run_evaluation(compose("evaluate", overrides=over))
+        monkeypatch.setattr(recipe, "backend_from_config", lambda ecfg, path, seed=0: _VLLMLike(events))
+        monkeypatch.setattr(teacher_forced, "measure", measure)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "a faked GPU")  # the provenance asks
+        files = run_evaluation(compose("evaluate", overrides=[*over, f"eval_dir={tmp_path}/vllm", *device_override]))
+    assert devices == [expected]
+    assert events.index("close") == events.index("measure") - 1 and events.count("generate") == 2
+    tf = json.loads(files[0].read_text())["teacher_forced"]
+    assert {k: tf[k] for k in ("digit_acc", "digit_nll", "n_examples")} == \
+        {k: json.loads(hf_files[0].read_text())["teacher_forced"][k] for k in ("digit_acc", "digit_nll", "n_examples")}

@@ -182,7 +182,12 @@ class TeacherForcedConfig:
     n: int = ranged(200, POS_INT)
     max_length: int = ranged("${train.max_length}", POS_INT)  # type: ignore[assignment]  # an interpolation, typed int once resolved
     batch_size: int = ranged(32, POS_INT)
-    dtype: str = "float32"  # bfloat16: the forward under bf16 autocast (2x on a CPU with AMX; recorded)
+    # bfloat16: the forward under bf16 autocast (2x on a CPU with AMX; recorded); null: bfloat16 on a GPU, float32
+    # on a CPU
+    dtype: Optional[str] = None
+    # where the pass runs when the generation backend holds no torch model (vLLM): null: the GPU where there is one
+    # (after vLLM has released it), else the CPU. The hf backend's pass runs where its model is.
+    device: Optional[str] = None
 
 
 @dataclass

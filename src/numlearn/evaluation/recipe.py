@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -88,13 +88,15 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     from .backends import GreedyReuse
 
     backend = GreedyReuse(backend_from_config(ecfg, model_path, seed=int(cfg.seed)))  # modes share greedy prompts
-    prov = provenance()
-    teacher_forced = _teacher_forced(tcfg, tf_records, backend, model_path) if tcfg else None
     # what the generations come from, fixed for this evaluation (the model dir is walked once)
     model_key = {"model": fingerprint, "backend": backend.name, "dtype": backend.describe().get("dtype")}
-    ev = _Evaluation(cfg, eval_dir, protocol, model_path, run_meta, sandbox, teacher_forced, model_key, prov)
-    return [path for name, (problems, info) in loaded.items()
-            for path, _ in _evaluate_benchmark(ev, name, problems, info, backend)]
+    ev = _Evaluation(cfg, eval_dir, protocol, model_path, run_meta, sandbox, None, model_key, provenance())
+    # every generation first, then the teacher-forced pass (on the device vLLM has released), then the results
+    generated = [g for name, (problems, info) in loaded.items() for g in _generate(ev, name, problems, info, backend)]
+    described = backend.describe()
+    if tcfg:
+        ev = replace(ev, teacher_forced=_teacher_forced(tcfg, tf_records, backend, model_path))
+    return [_write_result(ev, g, described) for g in generated]
 
 
 def adhoc_run_meta(cfg: DictConfig, model_path: str, fingerprint: str) -> dict:
@@ -169,26 +171,40 @@ def _model_path(model_path: str) -> str:
 
 
 def _teacher_forced(tcfg, tf_records, backend, model_path: str) -> dict:
-    """Teacher-forced digit metrics on the configured solutions (the hf backend's loaded model is reused)."""
-    from .teacher_forced import measure
+    """Teacher-forced digit metrics on the configured solutions, after every generation. The hf backend's loaded
+    model is reused where it is; another backend (vLLM) holds no torch module, so it is closed first (its GPU
+    memory released) and the model loads on ``eval.teacher_forced.device`` (null: the GPU where there is one)."""
+    from .teacher_forced import measure, tf_device
 
     t0 = time.time()
-    hf = backend.name == "hf"  # its model is already loaded; other backends hold no torch module
-    out = measure(model_path, tcfg, tf_records, model=getattr(backend, "model", None) if hf else None,
-                  tokenizer=getattr(backend, "tokenizer", None) if hf else None)
-    log.info(f"teacher forced on {out.get('n_examples', 0)} {tcfg.source} solutions: "
+    if hf := backend.name == "hf":  # its model is already loaded, on its own device
+        out = measure(model_path, tcfg, tf_records, model=backend.model, tokenizer=backend.tokenizer)
+    else:
+        backend.close()
+        out = measure(model_path, tcfg, tf_records, device=tf_device(tcfg))
+    log.info(f"teacher forced on {out.get('n_examples', 0)} {tcfg.source} solutions"
+             + ("" if hf else f" ({out.get('device')})") + ": "
              + ", ".join(f"{k}={out[k]:.4f}" for k in ("digit_acc", "digit_nll", "digit_entropy") if k in out)
              + f" ({time.time() - t0:.1f}s)")
     return out
 
 
-def _evaluate_benchmark(ev: _Evaluation, name: str, problems, info: dict, backend):
-    """Generate, score and write each mode of one benchmark; yields (result path, metrics)."""
-    from numlearn.records import ResultRecord, result_path
+@dataclass(frozen=True)
+class _Generated:
+    """One benchmark x mode whose generations are complete: what its result file is written from."""
 
+    name: str
+    info: dict
+    mode: str
+    sampling: object
+    records: list
+    gen_info: dict
+    wall_seconds: float
+
+
+def _generate(ev: _Evaluation, name: str, problems, info: dict, backend) -> list[_Generated]:
+    """Generate (or resume) and score each mode of one benchmark; every problem answered exactly once."""
     from .backends import SamplingConfig
-    from .metrics import METRIC_NOTES
-    from .results import result_fields
     from .runner import EvalTask, read_jsonl, run_task
     from .spec import BenchmarkSpec
 
@@ -199,6 +215,7 @@ def _evaluate_benchmark(ev: _Evaluation, name: str, problems, info: dict, backen
         max_new = min(max_new, int(ecfg.max_new_tokens_cap))
     sampling = SamplingConfig(max_new_tokens=max_new, temperature=float(ecfg.temperature),
                               top_p=float(ecfg.top_p), stop=tuple(ecfg.stop))
+    done = []
     for mode in spec.modes(ecfg.modes):
         out = ev.eval_dir / name / mode
         t0 = time.time()
@@ -213,23 +230,38 @@ def _evaluate_benchmark(ev: _Evaluation, name: str, problems, info: dict, backen
         if len(recs) != len(problems):  # every problem answered exactly once, or no result
             raise RuntimeError(f"{out / 'generations.jsonl'} holds {len(recs)} of the {len(problems)} problems of "
                                f"{name}; re-run the same command to complete it")
-        fields = result_fields(recs, spec.answer)
-        metrics = fields["metrics"]
-        result = ResultRecord(
-            benchmark=info, mode=mode, protocol=ev.protocol, run=ev.run_meta, **fields,
-            config=OmegaConf.to_container(ev.cfg, resolve=True), teacher_forced=ev.teacher_forced,
-            extra={"n": metrics["n"], "metric_notes": METRIC_NOTES, "model_path": ev.model_path,
-                   "backend": backend.describe(), "sampling": sampling.as_dict(),
-                   "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": ev.sandbox, "generation": gen_info,
-                   "wall_seconds": round(time.time() - t0, 2), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   **ev.provenance})
-        path = result_path(ev.eval_dir, name, mode)
-        result.write(path)
-        nd = metrics.get("numerical_distance")
-        log.info(f"{name}/{mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
-                 + (f" numerical_distance={nd:.4f}" if nd is not None else "")
-                 + f" ({gen_info['n_resumed']} resumed) -> {path}")
-        yield path, metrics
+        done.append(_Generated(name, info, mode, sampling, recs, gen_info, round(time.time() - t0, 2)))
+        log.info(f"{name}/{mode}: generated ({gen_info['n_resumed']} resumed)")
+    return done
+
+
+def _write_result(ev: _Evaluation, g: _Generated, backend_described: dict) -> Path:
+    """The result file of one generated benchmark x mode (with the evaluation's teacher-forced metrics)."""
+    from numlearn.records import ResultRecord, result_path
+
+    from .metrics import METRIC_NOTES
+    from .results import result_fields
+    from .spec import BenchmarkSpec
+
+    ecfg = ev.cfg.eval
+    spec = BenchmarkSpec.from_config(ecfg.benchmarks[g.name])
+    fields = result_fields(g.records, spec.answer)
+    metrics = fields["metrics"]
+    result = ResultRecord(
+        benchmark=g.info, mode=g.mode, protocol=ev.protocol, run=ev.run_meta, **fields,
+        config=OmegaConf.to_container(ev.cfg, resolve=True), teacher_forced=ev.teacher_forced,
+        extra={"n": metrics["n"], "metric_notes": METRIC_NOTES, "model_path": ev.model_path,
+               "backend": backend_described, "sampling": g.sampling.as_dict(),
+               "pot_timeout_s": float(ecfg.pot_timeout_s), "sandbox": ev.sandbox, "generation": g.gen_info,
+               "wall_seconds": g.wall_seconds, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+               **ev.provenance})
+    path = result_path(ev.eval_dir, g.name, g.mode)
+    result.write(path)
+    nd = metrics.get("numerical_distance")
+    log.info(f"{g.name}/{g.mode}: accuracy={metrics['accuracy']:.4f} n={metrics['n']}"
+             + (f" numerical_distance={nd:.4f}" if nd is not None else "")
+             + f" ({g.gen_info['n_resumed']} resumed) -> {path}")
+    return path
 
 
 def _in_hub_cache(name: str) -> bool:

@@ -129,18 +129,24 @@ def preset_records(cfg) -> list[dict]:
                                   Path(str(cfg.paths.cache_dir)).resolve())
 
 
-def measure(model_path: str, tcfg, records: list[dict], model=None, tokenizer=None) -> dict:
-    """``eval.teacher_forced`` (``tcfg``) on ``records`` (``teacher_forced_records``) with the model
-    at ``model_path``, or the given ``model``/``tokenizer`` (the HF backend's): the scalars and the
-    data they came from."""
+def tf_device(tcfg) -> str:
+    """``eval.teacher_forced.device``, or where there is none the GPU if there is one, else the CPU."""
+    return str(tcfg.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def measure(model_path: str, tcfg, records: list[dict], model=None, tokenizer=None, device: str = "cpu") -> dict:
+    """``eval.teacher_forced`` (``tcfg``) on ``records`` (``teacher_forced_records``) with the model at
+    ``model_path`` loaded on ``device``, or the given ``model``/``tokenizer`` (the HF backend's, where they are):
+    the scalars and the data they came from. ``tcfg.dtype`` null: bfloat16 autocast on a GPU, float32 on a CPU."""
     if model is None or tokenizer is None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_path)
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = str(tcfg.get("dtype") or "float32")
+    dev = next(model.parameters()).device.type
+    dtype = str(tcfg.get("dtype") or ("bfloat16" if dev == "cuda" else "float32"))
     m = heldout_metrics(model, tokenizer, records, int(tcfg.max_length), int(tcfg.get("batch_size") or 32), dtype)
     return {**m, "source": str(tcfg.source), **({"file": str(tcfg.file)} if tcfg.get("file") else {}),
-            **({"dtype": dtype} if dtype != "float32" else {})}
+            **({"dtype": dtype} if dtype != "float32" else {}), **({"device": dev} if dev != "cpu" else {})}

@@ -57,6 +57,9 @@ class Backend:
     def describe(self) -> dict:
         return {"backend": self.name}
 
+    def close(self) -> None:
+        """Release what the backend holds (a vLLM engine's GPU memory); nothing to release by default."""
+
 
 class GreedyReuse:
     """A backend that generates a greedy (prompt, sampling) pair once per process.

@@ -34,6 +34,29 @@ class VLLMBackend(Backend):
         self.llm = LLM(**kwargs)
         self.model_path, self.dtype, self.tp = model_path, dtype, tensor_parallel_size
 
+    def close(self) -> None:
+        """Shut the engine down and release its GPU memory (the teacher-forced pass loads the model after it)."""
+        import gc
+
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if callable(getattr(core, "shutdown", None)):
+            core.shutdown()
+        del llm, core
+        gc.collect()
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        except ImportError:  # an older or newer vLLM: the engine is down; torch frees what it cached
+            cleanup_dist_env_and_memory = None
+        if cleanup_dist_env_and_memory is not None:
+            cleanup_dist_env_and_memory()
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def describe(self) -> dict:
         import vllm
 
