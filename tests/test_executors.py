@@ -157,8 +157,8 @@ def test_plan_on_every_paper_preset_matches_the_preset_and_submits_nothing(prese
     assert re.search(rf"del seed=0 train  \[1 node x {world} GPU, {world} task\(s\)", text), text
     assert re.search(rf"del seed=0 evaluate  \[1 node x {tp} GPU, 1 task\(s\).*after: del seed=0 train", text), text
     assert "tables  [" in text and "after: mle seed=0 publish, del seed=0 publish" in text
-    hours = float(re.search(r"GPU-hours: ([\d.]+) \(6 x ", text).group(1))
-    assert hours > 0 and "35% MFU of an H100's 989 bf16 TFLOP/s (estimate, not measured" in text
+    fast, slow = map(float, re.search(r"GPU-hours: ([\d.]+) to ([\d.]+) \(6 x ", text).groups())
+    assert 0 < fast < slow and "35% to 10% MFU of an H100's 989 bf16 TFLOP/s (estimate, not measured" in text
     assert not (tmp_path / "out").exists()  # no state file, no job folder
 
 
@@ -178,7 +178,7 @@ def test_plan_takes_its_training_rate_from_the_gpu_check_once_one_exists(tmp_pat
     a training takes 6 x 1.54e9 x 1.8343e8 / (4 x 3.4615e14) / 3600 = 0.340 h; measured at 1.54B params and
     18,720 tokens/s on one GPU (1.7297e14 FLOP/s, half the assumed rate) it takes twice that, 0.680 h."""
     base, text = _plan_hours(tmp_path, capsys, "--gpu-check", str(tmp_path / "absent.json"))
-    train_h = float(re.search(r"\(([\d.]+) h on 4 GPUs\)", text).group(1))
+    train_h = float(re.search(r"\(([\d.]+) to [\d.]+ h on 4 GPUs\)", text).group(1))
     assert train_h == pytest.approx(0.340, abs=0.001) and "estimate, not measured" in text
     summary = {"check": "gpu_check", "dry_run": False, "device": "NVIDIA H100 80GB HBM3", "created": "2026-12-06",
                "train": {"mle": {"n_params": 1.54e9, "world_size": 1, "steady": {"tokens_per_s": 18720.0}}}}
@@ -521,3 +521,45 @@ def test_plan_after_a_submission_shows_what_is_done_running_and_left(tmp_path, c
     assert re.search(r"mle seed=0 publish  \[.*-- unknown \(RuntimeError: sacct: command not found\) \(job 333", text)
     assert re.search(r"tables  \[.*-- not submitted", text), text
     assert "state: 1 done, 1 running or pending, 0 failed, 1 not submitted, 1 unknown" in text
+
+
+def test_plan_prints_commands_sbatch_lines_logs_limits_disk_and_the_utilisation_range(tmp_path, capsys):
+    """Issue 60 items 5 and 7: with a site's cluster file, --plan prints each job's command, log and submitit's
+    sbatch lines (account, qos, constraint, exclude, setup; a 0-GPU job on the CPU partition), the state file, a
+    training time limit from the estimate's slow end x the margin, GPU-hours over 35 % to 10 % MFU, the critical
+    path and the disk. By hand for Qwen2.5-1.5B (1.54B params, 262,040 x 350 tokens x 2 epochs, 4 GPUs): at 10 % MFU
+    a training takes 6 x 1.54e9 x 1.83428e8 / (4 x 9.89e13) / 3600 = 1.190 h, x 1.5 = 107.1 -> 108 min; disk
+    1.54e9 x (16 x 2 + 2) B = 52 GB per run."""
+    site = tmp_path / "site.yaml"
+    site.write_text("account: proj42\nqos: high\nconstraint: h100\nexclude: node7\ncpu_partition: cpu\n"
+                    "partition: gpu\nsetup: ['module load cuda/12.4']\n")
+    rc = pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--rows", "mle", "--selected", "none",
+                        "--seeds", "1", "--executor", "slurm", "--plan", "--cluster", str(site),
+                        "--outputs", str(tmp_path / "o"), "--store", str(tmp_path / "s"),
+                        "--gpu-check", str(tmp_path / "absent.json")])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert f"state: {tmp_path / 'o' / 'pipeline'}" in text and "$ " in text and "-m numlearn.train" in text
+    train = text[text.index("mle seed=0 train  ["):text.index("mle seed=0 evaluate  [")]
+    for line in ("#SBATCH --account=proj42", "#SBATCH --qos=high", "#SBATCH --constraint=h100",
+                 "#SBATCH --exclude=node7", "#SBATCH --partition=gpu", "#SBATCH --time=108", "module load cuda/12.4"):
+        assert line in train, (line, train)
+    assert "108 min" in train
+    publish = text[text.index("mle seed=0 publish  ["):text.index(" tables  [")]
+    assert "#SBATCH --partition=cpu" in publish and "#SBATCH --dependency='afterok:<mle seed=0 evaluate>'" in publish
+    fast, slow = map(float, re.search(r"GPU-hours: ([\d.]+) to ([\d.]+) \(", text).groups())
+    t_fast, t_slow = map(float, re.search(r"\(([\d.]+) to ([\d.]+) h on 4 GPUs\)", text).groups())
+    assert (t_fast, t_slow) == (pytest.approx(0.340, abs=0.005), pytest.approx(1.190, abs=0.005))  # 35 % / 10 %
+    assert slow - fast == pytest.approx(4 * (t_slow - t_fast), abs=0.1)  # the evaluation's share is one number
+    assert re.search(r"critical path: [\d.]+ to [\d.]+ h wall-clock", text)
+    assert "disk: ~52 GB per training run (2 checkpoint(s)" in text
+
+
+def test_a_misspelt_cluster_key_or_an_unknown_cluster_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("acount: proj42\n")
+    for arg, said in ((str(bad), "acount"), ("nosuchsite", "conf/cluster/")):
+        rc = pipeline.main(["table1", "--experiment", "table1_qwen2.5-1.5b", "--rows", "mle", "--selected", "none",
+                            "--executor", "slurm", "--plan", "--cluster", arg, "--outputs", str(tmp_path / "o")])
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and len(err.strip().splitlines()) == 1, err

@@ -66,9 +66,9 @@ def test_wrong_types_and_keys_are_refused_at_composition(override, error):
 def test_every_config_group_has_a_schema():
     """Every group directory under conf/ whose files are a config node starts each file from its schema.
     The rest are read otherwise: experiment/ and harness/ are global packages (they set keys of the
-    groups above), eval/benchmark/ and study/ are read through BenchmarkConfig and StudyConfig by their
-    loaders, hydra/ is Hydra's own."""
-    elsewhere = {"experiment", "harness", "hydra", "study"}
+    groups above), eval/benchmark/, study/ and cluster/ are read through BenchmarkConfig, StudyConfig and
+    ClusterConfig by their loaders, hydra/ is Hydra's own."""
+    elsewhere = {"experiment", "harness", "hydra", "study", "cluster"}
     groups = {d.name for d in CONF.iterdir() if d.is_dir()} - elsewhere
     assert groups == {g for g, _ in SCHEMAS}, "a conf group without a schema in numlearn.schema.SCHEMAS"
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
@@ -209,3 +209,13 @@ def test_a_misspelt_key_in_a_loss_file_is_one_line_and_null_options_are_the_loss
         cfg = compose("config", overrides=["loss=dist2"])
     assert cfg.loss.beta is None and "beta" not in loss_options(cfg.loss) and "form" not in loss_options(cfg.loss)
     assert loss_options(cfg.loss)["tau"] == 1.0
+
+
+def test_the_cluster_template_is_the_schema_and_a_misspelt_key_is_named(tmp_path):
+    from numlearn.schema import ClusterConfig, load_cluster_config
+
+    assert load_cluster_config(CONF / "cluster" / "default.yaml") == ClusterConfig()
+    bad = tmp_path / "site.yaml"
+    bad.write_text("time_margin: 0.5\n")
+    with pytest.raises(ValueError, match="time_margin=0.5 must be >= 1"):
+        load_cluster_config(bad)

@@ -79,6 +79,22 @@ def benchmark_configs(conf: str | Path | None = None) -> list:
     return [load_benchmark_config(p) for p in sorted(folder.glob("*.yaml"))]
 
 
+def cluster_config(name_or_file: str):
+    """The typed ``ClusterConfig`` of ``conf/cluster/<name>.yaml`` or of a file; an unknown name is one line naming
+    the choices."""
+    from numlearn.schema import load_cluster_config
+
+    path = Path(name_or_file)
+    if not path.is_file():
+        folder = Path(conf_dir()) / "cluster"
+        path = folder / f"{name_or_file}.yaml"
+        if not path.is_file():
+            names = sorted(p.stem for p in folder.glob("*.yaml"))
+            raise ValueError(f"--cluster {name_or_file}: neither a file nor one of conf/cluster/ {names}; copy "
+                             "conf/cluster/default.yaml to conf/cluster/<site>.yaml and fill it in")
+    return load_cluster_config(path)
+
+
 def schema_fields(group: str) -> set[str]:
     """The keys the config schema (``numlearn.schema``) types for ``group`` (empty: no schema)."""
     from dataclasses import fields
@@ -192,9 +208,12 @@ def hydra_argv(prog: str, argv: list[str] | None):
     """``sys.argv`` for a Hydra entry point: ``[prog, *argv]`` while it runs (restored after), or the process's
     own when ``argv`` is None. So ``numlearn.train.main(["loss=del"])`` runs in-process as
     ``python -m numlearn.train loss=del`` does (tests of one-line errors need no new interpreter)."""
-    extra = []  # NUMLEARN_CONF_DIR set after the entry point was imported (hydra.main read conf_dir() then)
-    if (d := os.environ.get("NUMLEARN_CONF_DIR")) and "--config-dir" not in (argv or sys.argv):
-        extra = ["--config-dir", d]
+    # hydra.main read conf_dir() when the entry point was imported: the tree as of now goes first (NUMLEARN_CONF_DIR
+    # set or unset since, in-process calls with another tree before this one)
+    extra = []
+    d = os.environ.get("NUMLEARN_CONF_DIR") or (str(_conf_candidate()) if argv is not None else None)
+    if d and not {"--config-dir", "--config-path", "-cp"} & set(argv or sys.argv):
+        extra = ["--config-path", d]  # replaces the path hydra.main was given (--config-dir only adds one after it)
     if argv is None:
         sys.argv += extra
         yield sys.argv

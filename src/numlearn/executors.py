@@ -49,9 +49,21 @@ class Resources:
     mem_gb: int | None = None
     timeout_min: int = 60
     partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclude: str | None = None
+    setup: tuple[str, ...] = ()
 
     def with_overrides(self, **kw) -> Resources:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+    def on_cluster(self, cluster) -> Resources:
+        """This request with a site's ``ClusterConfig`` (account, qos, constraint, exclude, setup lines; a job without
+        GPUs on its ``cpu_partition``, one with GPUs on its ``partition``); a partition already set wins."""
+        partition = self.partition or (cluster.partition if self.gpus else (cluster.cpu_partition or cluster.partition))
+        return replace(self, partition=partition, account=cluster.account, qos=cluster.qos,
+                       constraint=cluster.constraint, exclude=cluster.exclude, setup=tuple(cluster.setup))
 
     @property
     def gpus(self) -> int:
@@ -65,8 +77,11 @@ class Resources:
             out["gpus_per_node"] = self.gpus_per_node
         if self.mem_gb:
             out["mem"] = f"{self.mem_gb}GB"
-        if self.partition:
-            out["partition"] = self.partition
+        for key in ("partition", "account", "qos", "constraint", "exclude"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.setup:
+            out["setup"] = list(self.setup)
         return out
 
 
@@ -456,7 +471,40 @@ def stage_graph(jobs, train_res: Resources, eval_res: Resources, publish_res: Re
 
 
 H100_BF16_FLOPS = 989e12  # dense bf16 peak of one H100 SXM
-ASSUMED_MFU = 0.35
+
+
+def paper_estimate(cfg, gpus: int, tp: int, gpu_check: Path | None) -> Estimate:
+    """A paper preset's ``Estimate`` (``paper_row``: params, examples, tokens per example): one training's wall hours
+    at 6 x params x tokens over its GPUs, at the GPU check's measured rate or over ``MFU_RANGE`` of an H100; one
+    evaluation's (~1 GPU-hour per 7B parameters for the seven benchmarks with vLLM, plus the teacher-forced pass,
+    2 x params x its tokens, on the evaluation's GPUs); the checkpoint disk and the download. A preset without
+    ``paper_row.params_b`` (the CPU presets) has no estimate."""
+    pr = cfg.get("paper_row") or {}
+    if not (pr.get("params_b") and gpus):
+        return Estimate(basis="no estimate: the preset declares no paper_row.params_b")
+    params = float(pr.params_b) * 1e9
+    tokens = float(pr.train_examples) * float(pr.tokens_per_example) * float(cfg.train.num_train_epochs)
+    measured = measured_train_flops(gpu_check) if gpu_check else None
+    rates = (measured[0], measured[0]) if measured else (H100_BF16_FLOPS * MFU_RANGE[1], H100_BF16_FLOPS * MFU_RANGE[0])
+    train_h = tuple(6.0 * params * tokens / (gpus * r) / 3600 for r in rates)
+    tf = cfg.eval.get("teacher_forced")
+    tf_tokens = int(tf.n) * float(pr.tokens_per_example) if tf else 0.0
+    tf_h = 2.0 * params * tf_tokens / (max(tp, 1) * rates[1]) / 3600
+    eval_h = float(pr.params_b) / 7.0 / max(tp, 1) + tf_h
+    rate = (f"the measured rate, {rates[0] / 1e12:.0f} TFLOP/s per GPU (the same utilisation assumed at {pr.params_b}B)"
+            f" -- {measured[1]}" if measured else
+            f"{MFU_RANGE[1]:.0%} to {MFU_RANGE[0]:.0%} MFU of an H100's {H100_BF16_FLOPS / 1e12:.0f} bf16 TFLOP/s "
+            "(estimate, not measured: experiments/gpu_check.sh's results/gpu_check/summary.json replaces it)")
+    span = f"{train_h[0]:.2f}" + (f" to {train_h[1]:.2f}" if train_h[1] != train_h[0] else "")
+    basis = (f"6 x {pr.params_b}B params x {tokens / 1e6:.0f}M tokens per training ({span} h on {gpus} GPUs) at "
+             f"{rate}; ~1 GPU-hour per 7B parameters per evaluation with vLLM, plus the teacher-forced pass over "
+             f"{int(tf.n) if tf else 0} solutions on its GPUs ({tf_h * 60:.1f} min at the slow rate) (estimate, not "
+             "measured)")
+    keep = int(cfg.train.get("save_total_limit") or 1)
+    per_run = params * (16.0 * keep + 2.0) / 1e9  # checkpoints with fp32 Adam state and master weights, bf16 final
+    disk = (f"~{per_run:.0f} GB per training run ({keep} checkpoint(s) x 16 B/param with optimiser state, plus the "
+            f"bf16 final model); the model's download ~{params * 2 / 1e9:.0f} GB (bf16) once (estimate, not measured)")
+    return Estimate(train_h, eval_h, basis, disk)
 
 
 def measured_train_flops(summary: Path) -> tuple[float, str] | None:
@@ -483,15 +531,6 @@ def measured_train_flops(summary: Path) -> tuple[float, str] | None:
                    f"peak); {summary}")
 
 
-def gpu_hours(stages: list[Stage], train_hours: float | None, eval_hours: float | None) -> float | None:
-    """The plan's estimate: each training job's GPUs x ``train_hours`` plus each evaluation's GPUs x
-    ``eval_hours`` (None when either is unknown)."""
-    if train_hours is None or eval_hours is None:
-        return None
-    return sum(st.resources.gpus * (train_hours if st.key.endswith(" train") else eval_hours)
-               for st in stages if st.key.endswith(" train") or " evaluate" in st.key)
-
-
 def state_view(state: State, executor: Executor) -> dict[str, str]:
     """Issue 60 item 3: stage key -> what the state file and the scheduler say of it (``COMPLETED (job 123,
     submitted ...)``), for ``--plan``'s status view; a job the scheduler cannot be asked about says why. Reads
@@ -506,20 +545,88 @@ def state_view(state: State, executor: Executor) -> dict[str, str]:
     return out
 
 
-def plan_text(stages: list[Stage], executor: str, hours: float | None, basis: str,
-              status: dict[str, str] | None = None) -> str:
-    """The job graph, each job's resources and dependencies, the GPU-hours; with ``status`` (``state_view``) each
-    job's state and a count of done, running or pending, failed and not submitted."""
+MFU_RANGE = (0.10, 0.35)  # a plan's utilisation range without a measurement: FSDP's communication (~10-15 %) to 35 %
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a plan's hours rest on: one training's wall hours at the high and the low utilisation (equal when
+    measured), one evaluation's, and what each number rests on; ``disk``: the checkpoint and download line."""
+
+    train_h: tuple[float, float] | None = None
+    eval_h: float | None = None
+    basis: str = "no estimate"
+    disk: str | None = None
+    per_stage: dict[str, float] = field(default_factory=dict)  # a stage's own hours (released: each model's size)
+
+    def stage_hours(self, st: Stage, slow: bool) -> float:
+        if st.key in self.per_stage:
+            return self.per_stage[st.key]
+        if st.key.endswith(" train"):
+            return self.train_h[1 if slow else 0] if self.train_h else 0.0
+        return (self.eval_h or 0.0) if " evaluate" in st.key else 0.0
+
+
+def critical_path(stages: list[Stage], hours) -> float:
+    """The longest chain of ``hours(stage)`` through the ``after`` edges: the wall-clock of the whole graph when
+    every job starts as soon as what it waits for has ended (queueing not counted)."""
+    done: dict[str, float] = {}
+    for st in stages:  # stage_graph lists a stage after every stage it waits for
+        done[st.key] = hours(st) + max((done.get(k, 0.0) for k in st.after), default=0.0)
+    return max(done.values(), default=0.0)
+
+
+def sbatch_preview(st: Stage, folder: Path) -> list[str]:
+    """The ``#SBATCH`` lines and setup lines submitit would write for ``st`` (dependencies by stage key: the job ids
+    exist only once submitted)."""
+    try:
+        from submitit.slurm.slurm import _make_sbatch_string
+    except ImportError:
+        return ["(the sbatch lines need submitit: pip install -e '.[slurm]')"]
+    params = with_dependency(st.resources.slurm(), [f"<{k}>" for k in st.after])
+    text = _make_sbatch_string(command=" ".join(st.argv), folder=str(folder),
+                               job_name=f"numlearn-{st.key}".replace(" ", "_"), **params)
+    return [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] + list(st.resources.setup)
+
+
+def _resources_line(r: Resources) -> str:
+    return (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.tasks_per_node} task(s) x {r.cpus_per_task} CPU"
+            + (f", {r.mem_gb} GB" if r.mem_gb else "") + f", {r.timeout_min} min"
+            + (f", partition {r.partition}" if r.partition else ""))
+
+
+def _hours_lines(stages: list[Stage], est: Estimate) -> list[str]:
+    if est.train_h is None or est.eval_h is None:
+        return [f"GPU-hours: unknown ({est.basis})"]
+    fast, slow = (sum(st.resources.gpus * est.stage_hours(st, s) for st in stages) for s in (False, True))
+    path = [critical_path(stages, lambda st, s=s: est.stage_hours(st, s)) for s in (False, True)]
+    span = (lambda a, b: f"{a:.1f}" if abs(a - b) < 0.05 else f"{a:.1f} to {b:.1f}")  # noqa: E731
+    return [f"GPU-hours: {span(fast, slow)} ({est.basis})",
+            f"critical path: {span(*path)} h wall-clock if every job starts when what it waits for ends (queueing "
+            "not counted)"]
+
+
+def plan_text(stages: list[Stage], executor: str, est: Estimate, status: dict[str, str] | None = None,
+              where: dict[str, Path] | None = None) -> str:
+    """The job graph: each job's resources, dependencies, command, log and (SLURM) sbatch lines; the GPU-hours
+    over the utilisation range, the critical path and the disk; ``where``: the state file and the job folder. With
+    ``status`` (``state_view``) each job's state and a count of done, running or pending, failed and not
+    submitted."""
+    where = where or {}
     lines = [f"plan ({executor}): {len(stages)} jobs, nothing submitted"]
+    lines += [f"  {k}: {v}" for k, v in where.items()]
     for i, st in enumerate(stages):
-        r = st.resources
-        res = (f"{r.nodes} node x {r.gpus_per_node} GPU, {r.tasks_per_node} task(s) x {r.cpus_per_task} CPU"
-               + (f", {r.mem_gb} GB" if r.mem_gb else "") + f", {r.timeout_min} min"
-               + (f", partition {r.partition}" if r.partition else ""))
         after = f"  after: {', '.join(st.after)}" if st.after else ""
         now = f"  -- {status.get(st.key, 'not submitted')}" if status is not None else ""
-        lines.append(f"{i + 1:3d}. {st.key}  [{res}]{after}{now}")
-    lines.append(f"GPU-hours: {hours:.1f} ({basis})" if hours is not None else f"GPU-hours: unknown ({basis})")
+        lines.append(f"{i + 1:3d}. {st.key}  [{_resources_line(st.resources)}]{after}{now}")
+        lines.append(f"       $ {' '.join(st.argv)}")
+        if st.log:
+            lines.append(f"       log: {st.log}")
+        if executor == "slurm":
+            lines += [f"       {ln}" for ln in sbatch_preview(st, where.get("jobs", Path("submitit")))]
+    lines += _hours_lines(stages, est)
+    if est.disk:
+        lines.append(f"disk: {est.disk}")
     if status is not None:
         said = [status.get(st.key, "not submitted").split(" ")[0] for st in stages]
         lines.append(f"state: {said.count(DONE)} done, {said.count(RUNNING) + said.count(PENDING)} running or pending, "

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import os
 import re
 import shlex
@@ -288,6 +289,9 @@ def _running(p):
                    help="the GPU check's summary (experiments/gpu_check.sh) whose measured training rate --plan's "
                         "GPU-hours use; without one, 35%% MFU of an H100 is assumed (and said)")
     p.add_argument("--partition", default=None, help="SLURM partition of every job")
+    p.add_argument("--cluster", default="default", metavar="NAME|FILE",
+                   help="what the SLURM site asks of every job: conf/cluster/<NAME>.yaml or a file (account, qos, "
+                        "constraint, exclude, setup lines, a CPU partition for 0-GPU jobs, the time-limit margin)")
     p.add_argument("--gpus-per-node", type=positive_int, default=None, help="training GPUs (default: the preset's world size)")
     p.add_argument("--tasks-per-node", type=positive_int, default=None,
                    help="training processes, one rank each (default: one per GPU; 1 on CPU)")
@@ -400,6 +404,7 @@ def _tool_parsers(sub) -> None:
                    help="where the evaluations run (slurm: a job each, its publish afterok)")
     p.add_argument("--plan", action="store_true", help="print the job graph and resources; submit nothing")
     p.add_argument("--partition", default=None)
+    p.add_argument("--cluster", default="default", metavar="NAME|FILE", help="conf/cluster/<NAME>.yaml or a file")
     p.add_argument("--tables-only", action="store_true", help="the table from the store only (no evaluation)")
     p.add_argument("--store", type=Path, default=Path(os.environ.get("NUMLEARN_STORE", STORE)))
     p.add_argument("--outputs", type=Path, default=Path(os.environ.get("NUMLEARN_OUTPUT_DIR", OUTPUTS)))
@@ -672,11 +677,18 @@ def _released_submitted(a, jobs, study) -> int:
     for st in stages:
         if " evaluate" in st.key:
             st.resources = per_model[st.key.split(" ", 1)[0]]
+    from numlearn.cli import cluster_config
+
+    cluster = cluster_config(a.cluster)
+    for st in stages:
+        st.resources = st.resources.on_cluster(cluster)
     if a.plan:
-        hours = sum(ck.params_b / 7.0 for ck in study for st in stages
-                    if " evaluate" in st.key and st.key.startswith(ck.name + " "))
-        print(ex.plan_text(stages, a.executor, hours, "estimate, not measured: ~1 GPU-hour per 7B parameters per "
-                                                      "evaluation of the seven benchmarks with vLLM"))
+        size = {ck.name: ck.params_b for ck in study}
+        per_stage = {st.key: size[st.key.split(" ", 1)[0]] / 7.0 / max(st.resources.gpus, 1)
+                     for st in stages if " evaluate" in st.key}
+        est = ex.Estimate((0.0, 0.0), 0.0, "estimate, not measured: ~1 GPU-hour per 7B parameters per evaluation of "
+                          "the seven benchmarks with vLLM", per_stage=per_stage)
+        print(ex.plan_text(stages, a.executor, est, where={"jobs": a.outputs / "pipeline" / "submitit"}))
         return 0
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm",
                                    a.outputs / "pipeline" / "submitit")
@@ -741,43 +753,34 @@ def _dispatch(a) -> int:
 
 
 def stage_resources(a, experiment: str, overrides: list[str]):
-    """(train, evaluate, publish) ``Resources`` of ``experiment``'s jobs: a paper preset's training takes one
-    node with ``paper_row.world_size`` GPUs and a task per GPU, its vLLM evaluation ``eval.tensor_parallel_size``
-    GPUs; a CPU preset a task with the preset's threads. The command's flags override. Also the GPU-hour
-    estimate per training and per evaluation job, and what it rests on."""
-    from numlearn.cli import preset_config
-    from numlearn.executors import Resources
+    """(train, evaluate, publish) ``Resources`` of ``experiment``'s jobs and the plan's ``Estimate``: a paper preset's
+    training takes one node with ``paper_row.world_size`` GPUs and a task per GPU, its vLLM evaluation
+    ``eval.tensor_parallel_size`` GPUs; a CPU preset a task with the preset's threads. Time limits come from the
+    estimate (its slow end x the cluster's margin) where there is one; the command's flags and the cluster config
+    (``--cluster``) apply last."""
+    from numlearn.cli import cluster_config, preset_config
+    from numlearn.executors import Resources, paper_estimate
 
     cfg = preset_config(experiment, overrides, config="evaluate")
+    cluster = cluster_config(getattr(a, "cluster", "default"))
     pr = cfg.get("paper_row") or {}
     gpus = int(a.gpus_per_node if a.gpus_per_node is not None else (pr.get("world_size") or 0))
-    tasks = a.tasks_per_node or gpus or 1
-    train = Resources(gpus_per_node=gpus, tasks_per_node=tasks, cpus_per_task=8 if gpus else int(
-        cfg.train.torch_threads or 1), mem_gb=64 * gpus or None, timeout_min=2880 if gpus else 120)
-    train = train.with_overrides(partition=a.partition, cpus_per_task=a.cpus_per_task, mem_gb=a.mem_gb,
-                                 timeout_min=a.timeout_min)
     tp = int(cfg.eval.tensor_parallel_size) if str(cfg.eval.backend) == "vllm" else 0
-    ev = Resources(gpus_per_node=tp, cpus_per_task=8 if tp else int(cfg.eval.torch_threads or 1),
-                   mem_gb=64 * tp or None, timeout_min=720 if tp else 120, partition=a.partition)
-    pub = Resources(timeout_min=30, partition=a.partition)
-    train_h = eval_h = None
-    basis = "no estimate: the preset declares no paper_row.params_b"
-    if pr.get("params_b") and gpus:
-        from numlearn.executors import ASSUMED_MFU, H100_BF16_FLOPS, measured_train_flops
+    est = paper_estimate(cfg, gpus, tp, Path(a.gpu_check) if getattr(a, "gpu_check", None) else None)
 
-        tokens = float(pr.train_examples) * float(pr.tokens_per_example) * float(cfg.train.num_train_epochs)
-        flops = 6.0 * float(pr.params_b) * 1e9 * tokens
-        measured = measured_train_flops(Path(a.gpu_check)) if getattr(a, "gpu_check", None) else None
-        per_gpu = measured[0] if measured else H100_BF16_FLOPS * ASSUMED_MFU
-        train_h = flops / (gpus * per_gpu) / 3600  # wall hours of one training on `gpus` GPUs
-        eval_h = float(pr.params_b) / 7.0 / max(tp, 1)  # ~1 GPU-hour per 7B model for the seven benchmarks
-        rate = (f"the measured rate, {per_gpu / 1e12:.0f} TFLOP/s per GPU (the same utilisation assumed at "
-                f"{pr.params_b}B) -- {measured[1]}" if measured else
-                f"{ASSUMED_MFU:.0%} MFU of an H100's {H100_BF16_FLOPS / 1e12:.0f} bf16 TFLOP/s (estimate, not measured: "
-                "experiments/gpu_check.sh's results/gpu_check/summary.json replaces it once measured)")
-        basis = (f"6 x {pr.params_b}B params x {tokens / 1e6:.0f}M tokens per training ({train_h:.2f} h on {gpus} "
-                 f"GPUs) at {rate}; ~1 GPU-hour per 7B parameters per evaluation with vLLM (estimate, not measured)")
-    return train, ev, pub, train_h, eval_h, basis
+    def limit(hours: float | None, default: int) -> int:  # the slow end x the margin, never below the floor
+        return max(cluster.min_time_min, math.ceil(hours * cluster.time_margin * 60)) if hours else default
+
+    train = Resources(gpus_per_node=gpus, tasks_per_node=a.tasks_per_node or gpus or 1,
+                      cpus_per_task=8 if gpus else int(cfg.train.torch_threads or 1), mem_gb=64 * gpus or None,
+                      timeout_min=limit(est.train_h[1] if est.train_h else None, 2880 if gpus else 120))
+    train = train.with_overrides(partition=a.partition, cpus_per_task=a.cpus_per_task, mem_gb=a.mem_gb,
+                                 timeout_min=a.timeout_min).on_cluster(cluster)
+    ev = Resources(gpus_per_node=tp, cpus_per_task=8 if tp else int(cfg.eval.torch_threads or 1),
+                   mem_gb=64 * tp or None, timeout_min=limit(est.eval_h, 720 if tp else 120),
+                   partition=a.partition).on_cluster(cluster)
+    pub = Resources(timeout_min=30, partition=a.partition).on_cluster(cluster)
+    return train, ev, pub, est
 
 
 def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
@@ -786,7 +789,7 @@ def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
     from numlearn import executors as ex
 
     overrides = list(rows[0].extra) if rows else []
-    train, ev, pub, train_h, eval_h, basis = stage_resources(a, a.experiment, overrides)
+    train, ev, pub, est = stage_resources(a, a.experiment, overrides)
     tables = [sys.executable, "-m", "numlearn.pipeline", "tables", "--seeds", str(a.seeds),
               "--rows", ",".join(r.label for r in rows), "--experiment", a.experiment, "--store", str(a.store),
               "--out", str(a.out), "--selected", str(a.selected) if a.selected else "none",
@@ -801,7 +804,8 @@ def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
         if a.executor != "local" and state_file.is_file():
             kind = "local" if a.executor == "submitit_local" else "slurm"
             status = ex.state_view(ex.State(state_file), ex.SubmititExecutor(kind, folder))
-        print(ex.plan_text(stages, a.executor, ex.gpu_hours(stages, train_h, eval_h), basis, status))
+        print(ex.plan_text(stages, a.executor, est, status, where={"state": state_file, "jobs": folder,
+                                                                    "logs": a.outputs / "pipeline"}))
         return 0
     executor = ex.SubmititExecutor("local" if a.executor == "submitit_local" else "slurm", folder)
     with ex.State(state_file) as state:

@@ -317,6 +317,39 @@ def load_benchmark_config(path):
 
 
 @dataclass
+class ClusterConfig:
+    """``conf/cluster/<name>.yaml`` (``pipeline ... --cluster <name or file>``): what a SLURM site asks of every job,
+    set once (as the Hydra submitit launcher's options are). Null: not passed to sbatch."""
+
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    constraint: Optional[str] = None  # e.g. h100
+    exclude: Optional[str] = None  # nodes never to use
+    partition: Optional[str] = None  # GPU jobs (--partition on the command line wins)
+    cpu_partition: Optional[str] = None  # jobs that need no GPU: publish, tables, CPU presets
+    setup: List[str] = field(default_factory=list)  # lines run before each job's command (modules, venv activation)
+    time_margin: float = 1.5  # a job's time limit: the plan's slowest estimate times this (>= 1)
+    min_time_min: int = 30  # no job's limit below this
+
+
+def load_cluster_config(path):
+    """The typed ``ClusterConfig`` of the file at ``path``; an unknown key or a wrong type is one ``ValueError``
+    naming the file and the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ClusterConfig), OmegaConf.load(path)))
+    except OmegaConfBaseException as e:
+        first = str(e).strip().splitlines()[0]
+        raise ValueError(f"cluster config {path}: {first} (keys: numlearn.schema.ClusterConfig)") from None
+    if not (cfg.time_margin >= 1.0 and cfg.min_time_min >= 1):
+        raise ValueError(f"cluster config {path}: time_margin={cfg.time_margin} must be >= 1 and min_time_min="
+                         f"{cfg.min_time_min} >= 1 (a limit below the estimate kills the job)")
+    return cfg
+
+
+@dataclass
 class EvalConfig:
     """``eval``: zero-shot greedy decoding with explicit sampling parameters, the scorer, the
     sandbox's knobs and the benchmarks (``conf/eval/benchmark/*.yaml``, composed by name)."""
