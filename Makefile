@@ -138,6 +138,8 @@ tables-check: setup ## Regenerate every committed study table from the store (no
 	$(MAKE) --no-print-directory smollm2-rows SMOLLM2_SEEDS=3 REUSE=1
 	$(MAKE) --no-print-directory smollm2-gsm8k SMOLLM2_GSM8K_SEEDS=5 REUSE=1
 	$(MAKE) --no-print-directory mle-lr-tiny MLE_LR_SEEDS=3-7 SWEEP_SEEDS=3 REUSE=1
+	$(PY) -m numlearn.reporting.one_model results/qwen_coder_base/eval --out results/qwen_coder_base \
+		--label "Qwen2.5-Coder-0.5B-Instruct (base)" --command "make qwen-coder-base"
 	$(PYTHON) tools/results_diff.py results
 	@echo "tables-check: every committed table regenerated (byte-identical but the header's date/git/machine; a CSV number within 1e-9 relative)"
 

@@ -95,15 +95,15 @@ def _markdown(c: pd.DataFrame, maccs: list[dict], tp: pd.DataFrame, label: str) 
         got = {r.mode: _cell(r) for r in c[c["benchmark"] == b].itertuples()}
         md.append(f"| {b} | " + " | ".join(got.get(m, "--") for m in modes) + " |")
     md += ["", "Mean over benchmarks (95 % bootstrap over problems within each benchmark):", "",
-           "| mode | benchmarks | mean | interval |", "|---|---|---|---|"]
-    md += [f"| {m['mode']} | {len(m['benchmarks'])} | {m['macc']:.1f} | [{m['ci_low']:.1f}, {m['ci_high']:.1f}] |"
+           "| mode | benchmarks | mean [95 % interval] |", "|---|---|---|"]
+    md += [f"| {m['mode']} | {len(m['benchmarks'])} | {m['macc']:.1f} [{m['ci_low']:.1f}, {m['ci_high']:.1f}] |"
            for m in maccs]
     tokens, secs = tp["tokens"].fillna(0).sum(), tp["seconds"].fillna(0).sum()
     md += ["", "Throughput (the backend's own tokens and seconds inside `generate`; programs and loading excluded):",
            "", "| benchmark | mode | generated | reused | CoT backups | tokens | seconds | tokens/s |",
            "|---|---|---|---|---|---|---|---|"]
     md += [f"| {r.benchmark} | {r.mode} | {r.generated} | {r.reused} | {r.backups} | {r.tokens} | {r.seconds} | "
-           f"{r.tokens_per_s} |" for r in tp.itertuples()]
+           f"{'--' if pd.isna(r.tokens_per_s) else r.tokens_per_s} |" for r in tp.itertuples()]
     md.append(f"| all | | | | | {int(tokens)} | {secs:.1f} | {tokens / secs:.1f} |" if secs else "| all | | | | | | | |")
     return md
 
@@ -134,7 +134,8 @@ def report(paths: list[str | Path], out: str | Path, command: str | None = None,
             if Path(f).resolve() != dest.resolve():
                 shutil.copyfile(f, dest)
     md = [header(command, "numlearn.reporting.one_model", out), f"- protocol: {df['protocol'].iloc[0]}; "
-          f"results: {len(df)} files, copied under `{out / 'eval'}`", *_markdown(c, maccs, tp, label), *_paper_rows()]
+          f"results: {len(df)} files, copied under `{out / 'eval'}`, generated at git "
+          f"{', '.join(sorted(set(df['git'].dropna())))}", *_markdown(c, maccs, tp, label), *_paper_rows()]
     (out / "table.md").write_text("\n".join(md) + "\n")
     c.to_csv(out / "cells.csv", index=False)
     summary = {"label": label, "protocol": df["protocol"].iloc[0], "git": sorted(set(df["git"].dropna())),
