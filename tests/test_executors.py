@@ -553,6 +553,8 @@ def test_plan_prints_commands_sbatch_lines_logs_limits_disk_and_the_utilisation_
     assert slow - fast == pytest.approx(4 * (t_slow - t_fast), abs=0.1)  # the evaluation's share is one number
     assert re.search(r"critical path: [\d.]+ to [\d.]+ h wall-clock", text)
     assert "disk: ~52 GB per training run (2 checkpoint(s)" in text
+    # a paper preset's table goes to its own directory, never onto the tiny table committed in results/table1_tiny
+    assert "--out results/table1_qwen2.5-1.5b " in text and "results/table1_tiny" not in text
 
 
 def test_a_misspelt_cluster_key_or_an_unknown_cluster_is_one_line(tmp_path, capsys):

@@ -315,7 +315,8 @@ def _table1_parsers(sub) -> None:
     p.add_argument("--selected", type=selected_arg, default=AUTO_SELECTED,
                    help="the sweep's chosen weights (rows labelled val-chosen); none: no chosen weights; auto (default): "
                         f"{SELECTED} for {EXPERIMENT}, none for a paper preset")
-    p.add_argument("--out", type=Path, default=TABLE1_OUT)
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"where the tables go (default: {TABLE1_OUT} for {EXPERIMENT}, results/<experiment> otherwise)")
     p.add_argument("--compare-with", type=Path, default=None, metavar="STORE",
                    help="compare this run's result files with that store (the committed results/runs) and end "
                         "with one line per seed saying whether they are identical; nothing is written there")
@@ -338,7 +339,8 @@ def _table1_parsers(sub) -> None:
                    help="only the seeds from this one on (the seeds a sweep of that many seeds never saw)")
     p.add_argument("--rows", default=None)
     p.add_argument("--selected", type=selected_arg, default=AUTO_SELECTED)
-    p.add_argument("--out", type=Path, default=TABLE1_OUT)
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"where the tables go (default: {TABLE1_OUT} for {EXPERIMENT}, results/<experiment> otherwise)")
 
 
 def _grid_parsers(sub) -> None:
@@ -466,6 +468,8 @@ def _table1(a, seeds: list[int], live) -> int:
     """``table1`` (train, evaluate, publish every row, then the tables) and ``tables`` (the tables from the store
     only): the rows given or Table 1's, the chosen weights added, every override recorded in the header."""
     a.selected = _chosen_weights(a)
+    if a.out is None:  # a paper preset's table never lands on the tiny one's committed table
+        a.out = TABLE1_OUT if a.experiment == EXPERIMENT else Path("results") / a.experiment
     rows = [Row.parse(r) for r in (a.rows or ",".join(TABLE1_LOSSES)).split(",") if r]
     rows += [r for r in selected_rows(a.selected) if r not in rows]
     if extra := tuple(getattr(a, "override", None) or ()):
