@@ -53,3 +53,52 @@ def test_the_same_seed_in_the_store_is_left_out_of_its_own_interval():
     store = pd.concat([STORE, _frame({("mle", 0): 0.0, ("del", 0): 0.0})])
     c = {c.row: c for c in cells(_frame({("mle", 0): 71.0}), store)}
     assert c["mle"].n_ref == 7 and c["mle"].inside
+
+
+def test_a_tie_is_counted_apart_not_as_the_other_sign():
+    new = _frame({("mle", 0): 71.0, ("del", 0): 71.0})  # DEL ties MLE on this seed; the store's mean is -30
+    (s,) = headline_signs(new, STORE, "t (cot)")
+    assert s["tie"] and s["difference"] == 0
+    lines = report(new, STORE, "t (cot)")
+    assert "headline comparisons (each row minus mle, t (cot)): 0 of 1 have the store's sign, 1 tied at 0" in lines
+    assert not any("other sign" in ln for ln in lines)
+
+
+def test_a_run_of_another_recipe_says_so():
+    from numlearn.reporting.reproduction import recipe_note
+
+    assert recipe_note([]) is None
+    note = recipe_note(["train.max_steps: 1500 -> 40", "eval.limit: None -> 10"])
+    assert note.startswith("this run's recipe is not the store's (train.max_steps: 1500 -> 40; eval.limit")
+    assert "and 2 more" in recipe_note([f"k{i}: 1 -> 2" for i in range(5)])
+
+
+def test_the_reproduction_verdict_runs_on_the_committed_store_and_names_a_recipe_difference(tmp_path):
+    """pipeline.agreement end to end on the committed store: seed 0 read against the other seeds (same recipe: no
+    note); the same files with their training steps changed are named as another recipe."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from numlearn import pipeline
+    from numlearn.planning import Row
+
+    repo = Path(__file__).resolve().parents[1]
+    committed = repo / "results" / "runs"
+    rows = [Row("mle", None), Row("del", 1.28)]
+    said = []
+    pipeline.agreement(rows, [0], experiment="table1_tiny", store=committed, committed=committed, selected=None,
+                       column="synthetic_test (cot)", say=said.append)
+    assert said[0].startswith("[reproduce] seed 0 against the store's other seeds") and not any("recipe" in s for s in said)
+    mine = tmp_path / "store"
+    for run in pipeline.table1_runs(rows, [0], experiment="table1_tiny", store=committed):
+        dest = mine / Path(run).relative_to(committed)
+        shutil.copytree(run, dest)
+        for f in dest.rglob("result.json"):
+            d = json.loads(f.read_text())
+            d["run"]["recipe"]["train"]["max_steps"] = 40
+            f.write_text(json.dumps(d))
+    said.clear()
+    pipeline.agreement(rows, [0], experiment="table1_tiny", store=mine, committed=committed, selected=None,
+                       column="synthetic_test (cot)", say=said.append)
+    assert said[0].startswith("[reproduce] this run's recipe is not the store's (train.max_steps: 1000 -> 40)")

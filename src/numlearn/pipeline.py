@@ -201,6 +201,12 @@ def agreement(rows: list[Row], seeds: list[int], *, experiment: str, store: Path
     kw = {"exclude_benchmarks": [TEST_EXCLUDE], "selected": selected if selected and Path(selected).is_file() else None}
     new, _ = aggregate.load_table_results(table1_runs(rows, seeds, experiment=experiment, store=store), **kw)
     ref, _ = aggregate.load_table_results(theirs, **kw)
+    from numlearn.records import ResultRecord
+    from numlearn.reporting.collect import shared_recipe
+
+    mine, stored_recipe = (shared_recipe(ResultRecord.read(df["file"].iloc[0])) for df in (new, ref))
+    if note := reproduction.recipe_note(recipe_differences(stored_recipe, mine)):
+        say("[reproduce] " + note)
     for line in reproduction.report(new, ref, column):
         say("[reproduce] " + line)
     say(f"[reproduce] to re-estimate the intervals on this machine, more seeds: make reproduce-table1 SEEDS={len(stored)}")

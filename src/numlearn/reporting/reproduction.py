@@ -75,7 +75,8 @@ def cells(new: pd.DataFrame, ref: pd.DataFrame, level: float = 0.95) -> list[Cel
 
 def headline_signs(new: pd.DataFrame, ref: pd.DataFrame, column: str, baseline: str = "mle") -> list[dict]:
     """Per new seed and row: the row minus ``baseline`` on ``column`` for that seed, the store's mean
-    difference over its seeds, and whether the signs agree (a zero mean difference agrees with anything)."""
+    difference over its seeds, and whether the signs agree (a zero mean difference agrees with anything; a zero
+    difference of the new seed is a tie, counted apart: it has no sign to agree or disagree)."""
     a, b = (t[t["column"] == column] for t in (_per_seed(new), _per_seed(ref)))
     if not ((a["label"] == baseline).any() and (b["label"] == baseline).any()):
         return []
@@ -92,7 +93,7 @@ def headline_signs(new: pd.DataFrame, ref: pd.DataFrame, column: str, baseline: 
             if base.empty:
                 continue
             d = float(v - base.iloc[0])
-            out.append({"row": label, "seed": int(seed), "difference": d, "store_mean": ref_mean,
+            out.append({"row": label, "seed": int(seed), "difference": d, "store_mean": ref_mean, "tie": d == 0,
                         "same_sign": ref_mean == 0 or np.sign(d) == np.sign(ref_mean)})
     return out
 
@@ -115,9 +116,20 @@ def report(new: pd.DataFrame, ref: pd.DataFrame, column: str, baseline: str = "m
               for c in out]
     signs = headline_signs(new, ref, column, baseline)
     if signs:
-        flipped = [s for s in signs if not s["same_sign"]]
-        lines.append(f"headline comparisons (each row minus {baseline}, {column}): {len(signs) - len(flipped)} of "
-                     f"{len(signs)} have the store's sign")
+        ties = [s for s in signs if s["tie"]]
+        flipped = [s for s in signs if not s["same_sign"] and not s["tie"]]
+        lines.append(f"headline comparisons (each row minus {baseline}, {column}): {len(signs) - len(flipped) - len(ties)}"
+                     f" of {len(signs)} have the store's sign" + (f", {len(ties)} tied at 0" if ties else ""))
         lines += [f"  other sign: {s['row']} seed {s['seed']}: {s['difference']:+.1f} (store's mean "
                   f"{s['store_mean']:+.1f})" for s in flipped]
     return lines
+
+
+def recipe_note(differences: list[str]) -> str | None:
+    """The line that says a run's recipe is not the store's (``rundirs.recipe_differences`` of the two): then the
+    store's intervals describe another recipe, and cells outside them say so, not that the code changed."""
+    if not differences:
+        return None
+    shown = "; ".join(differences[:3]) + (f"; and {len(differences) - 3} more" if len(differences) > 3 else "")
+    return (f"this run's recipe is not the store's ({shown}): the intervals and signs below are the store's recipe's, "
+            "so cells outside them are expected and say nothing about the code")
