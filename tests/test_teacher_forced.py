@@ -198,3 +198,63 @@ def test_a_vllm_evaluations_teacher_forced_pass_runs_on_its_device_after_the_eng
     tf = json.loads(files[0].read_text())["teacher_forced"]
     assert {k: tf[k] for k in ("digit_acc", "digit_nll", "n_examples")} == \
         {k: json.loads(hf_files[0].read_text())["teacher_forced"][k] for k in ("digit_acc", "digit_nll", "n_examples")}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_top_layer_fine_tune_reads_its_frozen_layers_from_the_cache_with_the_same_numbers(tmp_path, tiny_tokenizer,
+                                                                                             arch):
+    """prefix_cache: the first model fills the cache (every batch computed), a model whose top layer differs reads
+    every batch from it and gets its own full forward's numbers; a model whose bottom layer differs never reads the
+    others' states (its own key: computed again), and still gets its own numbers."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from numlearn.evaluation.prefix_cache import PrefixLogits
+
+    cfg = AutoConfig.for_model(arch, vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_config(cfg)
+    recs = [{"instruction": f"{a}+{a}", "output": f"{a} plus {a} is {2 * a}. The answer is {2 * a}."}
+            for a in (12, 305, 47, 9, 1234)]
+
+    def both(model):
+        full = heldout_metrics(model, tiny_tokenizer, recs, 256, batch_size=2)
+        pl = PrefixLogits(tmp_path / "cache", frozen_layers=2)
+        cached = heldout_metrics(model, tiny_tokenizer, recs, 256, batch_size=2, logits_fn=pl)
+        return full, cached, (pl.hits, pl.misses)
+
+    def changed(layer: int, seed: int):
+        m = AutoModelForCausalLM.from_config(cfg)
+        m.load_state_dict(base.state_dict())
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for p in m.model.layers[layer].parameters():
+                p.add_(0.2 * torch.randn_like(p))
+        return m
+
+    full, cached, counts = both(base)
+    assert counts == (0, 3) and cached == full  # the filling pass is the full forward itself
+    tuned = changed(3, 1)  # a top layer: the fine-tune's part
+    full_t, cached_t, counts = both(tuned)
+    assert counts == (3, 0) and full_t["digit_nll"] != full["digit_nll"]
+    for k in ("ce", "digit_acc", "digit_nll", "digit_entropy"):
+        assert cached_t[k] == pytest.approx(full_t[k], rel=1e-5, abs=1e-7), k
+    other = changed(0, 2)  # a bottom layer: not this cache's model
+    full_o, cached_o, counts = both(other)
+    assert counts == (0, 3) and cached_o["digit_nll"] == pytest.approx(full_o["digit_nll"], rel=1e-5)
+
+
+def test_a_prefix_cache_config_is_typed_and_a_layer_count_out_of_range_is_refused(tmp_path):
+    from numlearn.evaluation.prefix_cache import frozen_key
+    from numlearn.schema import TeacherForcedConfig
+    from numlearn.testing import model
+
+    tcfg = OmegaConf.merge(OmegaConf.structured(TeacherForcedConfig),
+                           {"prefix_cache": {"dir": str(tmp_path), "frozen_layers": 20}})
+    assert tcfg.prefix_cache.frozen_layers == 20
+    with pytest.raises(Exception, match="frozen_layer"):
+        OmegaConf.merge(OmegaConf.structured(TeacherForcedConfig), {"prefix_cache": {"dir": "d", "frozen_layer": 2}})
+    m = model(20, num_hidden_layers=2)
+    with pytest.raises(ValueError, match="frozen_layers=2: the model has 2 decoder layers; give 1..1"):
+        frozen_key(m, 2)
+    assert frozen_key(m, 1) == frozen_key(m, 1) != frozen_key(model(20, seed=1, num_hidden_layers=2), 1)

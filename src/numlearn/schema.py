@@ -174,6 +174,16 @@ class DataConfig:
 
 
 @dataclass
+class PrefixCacheConfig:
+    """``eval.teacher_forced.prefix_cache``: the bottom ``frozen_layers`` decoder layers' output kept in ``dir`` per
+    batch, keyed by those layers' own weights (``numlearn.evaluation.prefix_cache``): a study of top-layer
+    fine-tunes computes them once."""
+
+    dir: str = MISSING
+    frozen_layers: int = ranged(MISSING, POS_INT)  # type: ignore[arg-type]
+
+
+@dataclass
 class TeacherForcedConfig:
     """``eval.teacher_forced``: the solutions the teacher-forced digit metrics are measured on."""
 
@@ -188,6 +198,7 @@ class TeacherForcedConfig:
     # where the pass runs when the generation backend holds no torch model (vLLM): null: the GPU where there is one
     # (after vLLM has released it), else the CPU. The hf backend's pass runs where its model is.
     device: Optional[str] = None
+    prefix_cache: Optional[PrefixCacheConfig] = None  # null: every model's full forward
 
 
 @dataclass

@@ -11,6 +11,7 @@ numbers in their solutions: the synthetic task's test split, GSM8K's solutions, 
     teacher_forced: {source: synthetic, n: 200}                      # the synthetic test split (data.seed, data.difficulty)
     teacher_forced: {source: file, file: <path>, n: 200}             # instruction/output, GSM8K or MATH records
     teacher_forced: {..., dtype: bfloat16}                           # matmuls under bf16 autocast (CPU with AMX: 2x)
+    teacher_forced: {..., prefix_cache: {dir: D, frozen_layers: 20}}  # a top-layer fine-tune: frozen layers cached
 
 The evaluator computes it once per model and writes it into every result file of that evaluation
 (``teacher_forced``); training records training only.
@@ -26,13 +27,15 @@ SCALARS = ("ce", "digit_acc", "digit_nll", "digit_entropy", "n_digits", "n_examp
 SOURCES = ("synthetic", "file")
 
 
-def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32) -> dict:
+def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, batch_size: int = 32,
+                          logits_fn=None) -> dict:
     """Teacher-forced CE and digit statistics of ``model`` on ``{"instruction", "output"}`` records
     (alpaca prompt, loss positions = response + EOS): ``ce``, ``digit_acc``, ``digit_entropy``,
     ``digit_nll``, ``n_digits``, ``n_examples``, plus ``mass_by_distance`` (mean p[k] by |k - target|),
     ``entropies`` (one per digit position) and ``by_example`` (per record, in order: ``n_digits``, ``correct``,
     ``nll``; what a bootstrap over problems resamples) for analysis. ``vocab``: a ``DigitVocab`` or
-    ``NumberVocab`` (``numlearn.losses.resolve_vocab``)."""
+    ``NumberVocab`` (``numlearn.losses.resolve_vocab``). ``logits_fn(model, batch)``: how a batch's logits are
+    computed (default: the full forward; ``prefix_cache.PrefixLogits``: from the frozen layers' cached states)."""
     from numlearn.data.collate import PadCollator, tokenize_records
     from numlearn.losses import IGNORE_INDEX, digit_summary, digit_view, shift_targets
 
@@ -48,7 +51,8 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
     with torch.no_grad():
         for i in range(0, len(feats), batch_size):
             b = {k: v.to(dev) for k, v in coll(feats[i : i + batch_size]).items()}
-            logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+            logits = (logits_fn(model, b) if logits_fn is not None
+                      else model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits)
             t = shift_targets(b["labels"])
             ce_sum += float(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), t.flatten(), reduction="sum"))
             n_tok += float((t != IGNORE_INDEX).sum())
@@ -71,7 +75,8 @@ def teacher_forced_digits(model, tokenizer, records, vocab, max_length: int, bat
             "entropies": torch.cat(ents).tolist() if ents else [], "by_example": per}
 
 
-def heldout_metrics(model, tokenizer, records, max_length: int, batch_size: int = 32, dtype: str = "float32") -> dict:
+def heldout_metrics(model, tokenizer, records, max_length: int, batch_size: int = 32, dtype: str = "float32",
+                    logits_fn=None) -> dict:
     """The scalar teacher-forced metrics (``SCALARS``) a result file records and their ``by_example`` sums;
     ``{}`` for a tokenizer without digit tokens (nothing to measure). ``dtype="bfloat16"``: the forward under
     bf16 autocast (the weights stay as they are; digit statistics are computed in fp32)."""
@@ -85,7 +90,7 @@ def heldout_metrics(model, tokenizer, records, max_length: int, batch_size: int 
         raise ValueError(f"eval.teacher_forced.dtype={dtype!r}: float32 or bfloat16")
     dev = next(model.parameters()).device.type
     with torch.autocast(dev, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-        m = teacher_forced_digits(model, tokenizer, records, vocab, max_length, batch_size)
+        m = teacher_forced_digits(model, tokenizer, records, vocab, max_length, batch_size, logits_fn)
     return {**{k: m[k] for k in SCALARS}, "by_example": m["by_example"]}
 
 
@@ -147,6 +152,14 @@ def measure(model_path: str, tcfg, records: list[dict], model=None, tokenizer=No
         tokenizer.pad_token = tokenizer.eos_token
     dev = next(model.parameters()).device.type
     dtype = str(tcfg.get("dtype") or ("bfloat16" if dev == "cuda" else "float32"))
-    m = heldout_metrics(model, tokenizer, records, int(tcfg.max_length), int(tcfg.get("batch_size") or 32), dtype)
+    prefix = None
+    if pc := tcfg.get("prefix_cache"):
+        from .prefix_cache import PrefixLogits
+
+        prefix = PrefixLogits(pc.dir, int(pc.frozen_layers), dtype)
+    m = heldout_metrics(model, tokenizer, records, int(tcfg.max_length), int(tcfg.get("batch_size") or 32), dtype,
+                        logits_fn=prefix)
+    cached = {"prefix_cache": {"frozen_layers": prefix.frozen, "batches_from_cache": prefix.hits,
+                               "batches_computed": prefix.misses}} if prefix is not None else {}
     return {**m, "source": str(tcfg.source), **({"file": str(tcfg.file)} if tcfg.get("file") else {}),
-            **({"dtype": dtype} if dtype != "float32" else {}), **({"device": dev} if dev != "cpu" else {})}
+            **({"dtype": dtype} if dtype != "float32" else {}), **({"device": dev} if dev != "cpu" else {}), **cached}
