@@ -473,6 +473,12 @@ def stage_graph(jobs, train_res: Resources, eval_res: Resources, publish_res: Re
 H100_BF16_FLOPS = 989e12  # dense bf16 peak of one H100 SXM
 
 
+def evaluation_hours(params_b: float, gpus: int) -> float:
+    """One evaluation's wall hours on ``gpus`` GPUs: ~1 GPU-hour per 7B parameters for the seven benchmarks with
+    vLLM (estimate, not measured; the teacher-forced pass is added by the caller that has one)."""
+    return float(params_b) / 7.0 / max(int(gpus), 1)
+
+
 def paper_estimate(cfg, gpus: int, tp: int, gpu_check: Path | None) -> Estimate:
     """A paper preset's ``Estimate`` (``paper_row``: params, examples, tokens per example): one training's wall hours
     at 6 x params x tokens over its GPUs, at the GPU check's measured rate or over ``MFU_RANGE`` of an H100; one
@@ -490,7 +496,7 @@ def paper_estimate(cfg, gpus: int, tp: int, gpu_check: Path | None) -> Estimate:
     tf = cfg.eval.get("teacher_forced")
     tf_tokens = int(tf.n) * float(pr.tokens_per_example) if tf else 0.0
     tf_h = 2.0 * params * tf_tokens / (max(tp, 1) * rates[1]) / 3600
-    eval_h = float(pr.params_b) / 7.0 / max(tp, 1) + tf_h
+    eval_h = evaluation_hours(pr.params_b, tp) + tf_h
     rate = (f"the measured rate, {rates[0] / 1e12:.0f} TFLOP/s per GPU (the same utilisation assumed at {pr.params_b}B)"
             f" -- {measured[1]}" if measured else
             f"{MFU_RANGE[1]:.0%} to {MFU_RANGE[0]:.0%} MFU of an H100's {H100_BF16_FLOPS / 1e12:.0f} bf16 TFLOP/s "

@@ -684,17 +684,16 @@ def _released_submitted(a, jobs, study) -> int:
               *(x for o in a.override for x in ("--override", o)), "--command", a.command or a.invocation]
     stages = ex.stage_graph(jobs, ev, ev, pub, tables_argv=tables)
     stages[-1].log = a.outputs / "pipeline" / "released_tables.log"
-    for st in stages:
-        if " evaluate" in st.key:
-            st.resources = per_model[st.key.split(" ", 1)[0]]
     from numlearn.cli import cluster_config
 
     cluster = cluster_config(a.cluster)
     for st in stages:
+        if " evaluate" in st.key:
+            st.resources = per_model[st.key.split(" ", 1)[0]]
         st.resources = st.resources.on_cluster(cluster)
     if a.plan:
         size = {ck.name: ck.params_b for ck in study}
-        per_stage = {st.key: size[st.key.split(" ", 1)[0]] / 7.0 / max(st.resources.gpus, 1)
+        per_stage = {st.key: ex.evaluation_hours(size[st.key.split(" ", 1)[0]], st.resources.gpus)
                      for st in stages if " evaluate" in st.key}
         est = ex.Estimate((0.0, 0.0), 0.0, "estimate, not measured: ~1 GPU-hour per 7B parameters per evaluation of "
                           "the seven benchmarks with vLLM", per_stage=per_stage)
