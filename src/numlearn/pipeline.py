@@ -140,6 +140,8 @@ class Family:
     family: tuple[str, ...] = ()
     baseline: str = "mle"  # the row every other is compared with (the tuned MLE's label: mle_lr0.006)
     may_differ: tuple[str, ...] = ()  # recipe keys the rows may differ in (train.learning_rate: the tuned MLE's)
+    primary_modes: tuple[str, ...] = ("cot",)  # the generation modes whose accuracy is primary (cot, pot)
+    exclude: tuple[str, ...] = (TEST_EXCLUDE,)  # benchmarks the selection used: never in the tables
 
 
 def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: str, store: Path,
@@ -156,7 +158,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
     # that fails writes nothing (a failing robustness report once left 8 committed files rewritten)
     stage = Path(tempfile.mkdtemp(prefix="numlearn-tables-"))
     try:
-        args = ["--exclude-benchmarks", TEST_EXCLUDE, "--out", str(stage), "--command", command,
+        args = ["--exclude-benchmarks", ",".join(report.exclude), "--out", str(stage), "--command", command,
                 "--baseline", report.baseline,
                 *(["--recipe-may-differ-in", ",".join(report.may_differ)] if report.may_differ else []),
                 *(["--selected", str(selected)] if selected is not None and selected.is_file() else [])]
@@ -165,6 +167,7 @@ def build_tables(rows: list[Row], seeds: list[int], out: Path, *, experiment: st
         if rc == 0 and len(seeds) >= MIN_SEEDS_FOR_ROBUSTNESS:
             with contextlib.redirect_stdout(io.StringIO()):
                 rc = robustness.main([*runs, *args, "--primary-benchmark", report.primary_benchmark,
+                                      "--primary-modes", ",".join(report.primary_modes),
                                       "--family-metrics", ",".join(report.family_metrics),
                                       *(x for f in report.family for x in ("--family", f)),
                                       "--selection-seeds", ",".join(map(str, report.selection_seeds))])
@@ -332,7 +335,7 @@ def _table1_parsers(sub) -> None:
     p = sub.add_parser("study", help="a study of conf/study/<name>.yaml whose kind is rows (smollm2_gsm8k, ...): "
                                      "train, evaluate, publish its rows x seeds, then its tables")
     p.add_argument("name", help="the study's file name in conf/study")
-    _common(p, "1")
+    _common(p, None)
     _running(p)
     p.add_argument("--out", type=Path, default=None, help="where the tables go (default: the study's out)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -724,6 +727,8 @@ def _dispatch(a) -> int:
         seeds = pending_seeds(a.overrides, a.store, report=lambda seed, why: _say(f"[store] seed={seed}: {why}"))
         print(seeds_arg(seeds))
         return 0
+    if a.cmd == "study" and a.seeds is None:  # the study's declared seeds, else one
+        a.seeds = str(study(a.name).seeds or "1")
     seeds = parse_seeds(a.seeds)
     if getattr(a, "from_seed", None) is not None:
         seeds = [s for s in seeds if s >= a.from_seed]
@@ -731,6 +736,8 @@ def _dispatch(a) -> int:
             raise PipelineError(f"--seeds {a.seeds} leaves no seed from {a.from_seed} on (the sweep's seeds are "
                                 f"0..{a.from_seed - 1}): give more seeds, e.g. --seeds 8")
     live = {"auto": None, "on": True, "off": False}.get(getattr(a, "live", "auto"))
+    if a.cmd == "study" and study(a.name).kind == "tuned":
+        return _tuned(a, live)
     if a.cmd == "study":
         _study_as_table1(a)
     _refuse_cluster_flags(a)
@@ -829,6 +836,23 @@ def submitted(a, jobs, rows: list[Row], seeds: list[int]) -> int:
     if executor.waits:
         print(table_section(a.out / "table1.md", "Accuracy (%)"))
     return 0
+
+
+def _tuned(a, live) -> int:
+    """``study <name>`` of kind tuned: ``numlearn.studies.tuned`` (selection, choice, rows on fresh seeds)."""
+    from numlearn.cli import conf_dir
+    from numlearn.studies import tuned
+
+    _refuse_cluster_flags(a)
+    if a.tables_only or a.override:
+        raise PipelineError(f"study {a.name!r} (kind tuned) takes neither --tables-only nor --override: its stages "
+                            "resume with --reuse (a stored result is never trained again) and its recipe is the "
+                            "declaration's")
+    cfg = study(a.name)
+    if a.experiment == EXPERIMENT:  # not given: the study's
+        a.experiment = str(cfg.experiment)
+    return tuned.run(a, cfg, study_file=Path(conf_dir()) / "study" / f"{a.name}.yaml", run_planned=_run_planned,
+                     build_tables=build_tables, family_cls=Family, live=live)
 
 
 def _study_as_table1(a) -> None:
@@ -1071,7 +1095,7 @@ def mle_lr(a, seeds: list[int], live) -> int:
 
 def _run_planned(requests, common: dict, jobs: int, live) -> int:
     """Plan ``requests`` and run what is missing; 1 after naming the failures, 0 when every job ended."""
-    todo = plan(requests, **common)
+    todo = plan(requests, say=_say, **{k: v for k, v in common.items() if k != "say"})
     if (failed := run_jobs(todo, jobs, live=live) if todo else []):
         report_failures(failed, _say)
         return 1

@@ -284,9 +284,10 @@ def pending_seeds(overrides: list[str], store: str | Path, report=None) -> list[
 
 
 def row_job(row: Row, seed: int, *, experiment: str, evaluations: list[tuple[str, ...]], store: Path,
-            outputs: Path, python: str = sys.executable) -> Job:
+            outputs: Path, python: str = sys.executable, prune: bool = False) -> Job:
     """Train (row, seed), run each evaluation (a tuple of evaluate overrides: ``()`` the preset's test
-    evaluation, ``("eval=synthetic_val",)`` the sweep's), publish the run's result files."""
+    evaluation, ``("eval=synthetic_val",)`` the sweep's), publish the run's result files; with ``prune``, then
+    delete the run's weights (``numlearn.rundirs prune``: a study whose runs are too big to keep)."""
     base = [f"experiment={experiment}", *row.overrides(), f"seed={seed}"]
     (run,) = configured_run_roots([f"experiment={experiment}", *row.overrides(), f"paths.output_dir={outputs}",
                                    f"seed={seed}"])
@@ -296,6 +297,8 @@ def row_job(row: Row, seed: int, *, experiment: str, evaluations: list[tuple[str
                       [python, "-m", "numlearn.evaluate", "-m", *base, f"paths.output_dir={outputs}", *ev]))
     steps.append(("publish", [python, "-m", "numlearn.reporting.store", "publish", str(run), "--outputs",
                               str(outputs), "--store", str(store)]))
+    if prune:
+        steps.append(("prune", [python, "-m", "numlearn.rundirs", "prune", str(run)]))
     safe = re.sub(r"[^A-Za-z0-9_.:=+-]", "_", f"{row.label}_seed={seed}")
     return Job(f"{row.label} seed={seed}", steps, outputs / "pipeline" / f"{safe}.log")
 
@@ -310,7 +313,7 @@ class Request:
 
 
 def plan(requests: list[Request], *, experiment: str, store: Path, outputs: Path, reuse: bool,
-         say=print) -> list[Job]:
+         say=print, prune: bool = False) -> list[Job]:
     """A job per (row, seed), seed-major (every row's seed 0 first, so a sitting cut short leaves
     whole seeds), each publishing its result files as soon as it ends. A (row, seed) that several
     requests want is one job with their evaluations in turn (never two trainings of one run dir at
@@ -337,7 +340,7 @@ def plan(requests: list[Request], *, experiment: str, store: Path, outputs: Path
                     evs.append(req.evaluate)
     order = sorted(wanted, key=lambda k: k[1])  # stable: rows keep their order within a seed
     return [row_job(wanted[k][0], k[1], experiment=experiment, evaluations=wanted[k][1], store=store,
-                    outputs=outputs) for k in order]
+                    outputs=outputs, prune=prune) for k in order]
 
 
 def plan_rows(rows: list[Row], seeds: list[int], *, experiment: str, evaluate_overrides: list[str], store: Path,

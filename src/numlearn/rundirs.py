@@ -151,6 +151,17 @@ def damaged_weights(model_dir: str | Path) -> list[str]:
     return bad
 
 
+def weights_sha256(model_dir: str | Path) -> str:
+    """One sha256 over a model directory's ``*.safetensors`` files (name and bytes, in name order)."""
+    h = hashlib.sha256()
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def run_is_complete(run_dir: str | Path) -> bool:
     """A training run finished: its ``final/`` model exists, its weights are whole, and ``run.json``
     says complete."""
@@ -212,3 +223,49 @@ class RunDirLock:
         import os
 
         os.close(self.fd)
+
+
+PRUNED = "pruned.json"  # what ``prune`` deleted from a run dir, and the sha256 of the weights it held
+
+
+def prune(run_dir: str | Path) -> dict:
+    """Delete a finished run's weights (``final/``, ``checkpoints/``) once its results are published, keeping its
+    records (``run.json``, ``eval/``, logs) and writing ``pruned.json``: the sha256 of the final weights and the
+    bytes freed. A study of a 0.5B model (2 GB a run) that keeps every run's results and none of its weights
+    (``keep_weights: false``). The run is no longer complete (``run_is_complete``): a later evaluation retrains it.
+    Refuses a run that is not complete, so weights nothing was measured on are never lost."""
+    import shutil
+
+    d = Path(run_dir)
+    if not run_is_complete(d):
+        raise ValueError(f"{d}: not a complete run (final/ with whole weights and run.json complete); nothing pruned")
+    freed = sum(f.stat().st_size for sub in (FINAL, "checkpoints") for f in (d / sub).rglob("*") if f.is_file())
+    info = {"weights_sha256": weights_sha256(d / FINAL), "removed": [FINAL, "checkpoints"], "bytes_freed": freed}
+    (d / PRUNED).write_text(json.dumps(info, indent=2) + "\n")
+    for sub in ("checkpoints", FINAL):  # final/ last: until it goes the run still reads as complete
+        shutil.rmtree(d / sub, ignore_errors=True)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m numlearn.rundirs prune RUN_DIR``: ``prune`` (the pipeline's last step of a study with
+    ``keep_weights: false``)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m numlearn.rundirs")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("prune", help="delete a published run's weights, keep its records").add_argument("run_dir")
+    a = ap.parse_args(argv)
+    try:
+        info = prune(a.run_dir)
+    except ValueError as e:
+        print(f"numlearn.rundirs: error: {e}", file=sys.stderr)
+        return 2
+    print(f"[prune] {a.run_dir}: weights {info['weights_sha256'][:12]} deleted, {info['bytes_freed'] / 2**30:.2f} GiB "
+          "freed (pruned.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

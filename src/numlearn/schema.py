@@ -393,7 +393,7 @@ class EvalConfig:
     teacher_forced: Optional[TeacherForcedConfig] = None  # null: not computed
 
 
-STUDY_KINDS = ("rows", "sweep", "lr_sweep", "ablation", "chunked", "pretrained", "released")
+STUDY_KINDS = ("rows", "sweep", "lr_sweep", "ablation", "chunked", "pretrained", "released", "tuned")
 
 
 @dataclass
@@ -404,7 +404,7 @@ class StudyConfig:
     reads it; a new loss enters a study by a line here, a new study is a new file."""
 
     name: str = MISSING
-    kind: str = "rows"  # rows | sweep | lr_sweep | ablation | chunked | pretrained | released (STUDY_KINDS)
+    kind: str = "rows"  # rows | sweep | lr_sweep | ablation | chunked | pretrained | released | tuned (STUDY_KINDS)
     experiment: str = "table1_tiny"  # the conf/experiment preset every row trains and evaluates with
     rows: List[str] = field(default_factory=list)  # loss[:alpha][+key=value...]
     controls: List[str] = field(default_factory=list)  # ablation: fixed-weight control rows
@@ -419,6 +419,17 @@ class StudyConfig:
     family: List[str] = field(default_factory=list)  # further declared comparisons, ROW[:ALPHA]/METRIC
     command: Optional[str] = None  # the make alias that reruns it (the tables' header)
     models: Optional[Dict[str, Any]] = None  # released: the checkpoints (numlearn.released)
+    # tuned (numlearn.studies.tuned): each tuned loss's configuration chosen on the selection split (``grid``:
+    # weights, ``rates``: learning rates), then the rows on fresh seeds; a row ``LOSS@chosen`` is LOSS at its
+    # choice, ``LOSS@chosen:OTHER`` at the weight chosen for OTHER (a control at the tuned row's weight)
+    rates: Dict[str, List[float]] = field(default_factory=dict)  # learning rates per loss (train.learning_rate)
+    selection_seeds: List[int] = field(default_factory=list)  # the seeds the choices train on (never the rows')
+    seeds: Optional[str] = None  # the rows' declared seeds (a range or list: 1-5)
+    row_evaluate: List[List[str]] = field(default_factory=list)  # the rows' evaluations (each a list of overrides)
+    exclude: List[str] = field(default_factory=list)  # benchmarks the tables leave out (the selection split)
+    primary_modes: List[str] = field(default_factory=lambda: ["cot"])  # modes whose accuracy on the primary is primary
+    keep_weights: bool = True  # false: a run's weights are deleted once its results are published (disk)
+    declaration: Optional[str] = None  # what the study declares before its runs (power statement): the header
 
 
 def load_study_config(path):

@@ -57,11 +57,17 @@ SEEDS_ONLY = "seeds only"  # the held-out metrics' bootstrap: one value per trai
 BASELINE = "mle"  # every comparison is a row minus this one, as in table1.md's "minus MLE" tables
 
 
-def primary_metrics(benchmark: str = "synthetic_test") -> tuple:
-    """The pre-declared primary metrics with ``benchmark``'s CoT column in place of ``synthetic_test``'s
-    (a preset whose target task is another split: the pretrained start's ``synthetic_long3_test``)."""
-    return tuple((kind, name.replace("synthetic_test (", f"{benchmark} (") if kind != "heldout" else name, higher)
-                 for kind, name, higher in DEFAULT_PRIMARY)
+def primary_metrics(benchmark: str = "synthetic_test", modes: tuple[str, ...] = ("cot",)) -> tuple:
+    """The pre-declared primary metrics with ``benchmark``'s columns in place of ``synthetic_test (cot)``
+    (a preset whose target task is another split: the pretrained start's ``synthetic_long3_test``): accuracy and
+    distance once per generation mode in ``modes`` (a study whose primaries are CoT and PoT: ``("cot", "pot")``),
+    then the held-out digit metrics."""
+    bad = [m for m in modes if m not in ("cot", "pot", "paper")]
+    if not modes or bad:
+        raise ValueError(f"primary modes {','.join(bad) or '(none)'}: give one or more of cot, pot, paper")
+    return tuple((kind, f"{benchmark} ({mode})", higher) for mode in modes
+                 for kind, _, higher in DEFAULT_PRIMARY if kind != "heldout") + tuple(
+        m for m in DEFAULT_PRIMARY if m[0] == "heldout")
 
 
 def metric_key(kind: str, name: str) -> str:
@@ -284,6 +290,9 @@ def main(argv=None) -> int:
                     help="the benchmark whose CoT accuracy and distance are primary (the held-out digit metrics are too)")
     ap.add_argument("--recipe-may-differ-in", default="", metavar="KEY,...",
                     help="recipe keys the rows may differ in (train.learning_rate: the tuned MLE's)")
+    ap.add_argument("--primary-modes", default="cot", metavar="MODE,...",
+                    help="the generation modes whose accuracy and distance on the primary benchmark are primary "
+                         "(default cot; a study of CoT and PoT: cot,pot)")
     ap.add_argument("--baseline", default=BASELINE, help="the row every other is compared with: a loss or a loss "
                                                          "config's tag (default mle; the tuned MLE: mle_lr0.006)")
     a = ap.parse_args(argv)
@@ -304,8 +313,9 @@ def main(argv=None) -> int:
         if bad := [m for m in fam_metrics if m not in ("accuracy", "distance", *HELDOUT_METRICS)]:
             raise ValueError(f"--family-metrics {','.join(bad)}: choose among accuracy, distance, "
                              f"{', '.join(HELDOUT_METRICS)}")
-        t = robustness(df, primary=primary_metrics(a.primary_benchmark), family=family, selection_seeds=sel_seeds,
-                       selected=selected, n_boot=a.big_boot, family_metrics=fam_metrics, baseline=a.baseline)
+        primary = primary_metrics(a.primary_benchmark, tuple(m for m in a.primary_modes.split(",") if m))
+        t = robustness(df, primary=primary, family=family, selection_seeds=sel_seeds, selected=selected,
+                       n_boot=a.big_boot, family_metrics=fam_metrics, baseline=a.baseline)
     except (OSError, ValueError) as e:  # FileNotFoundError, a full disk, a bad family entry: one line
         print(f"numlearn.reporting.robustness: error: {e}", file=sys.stderr)
         return 2

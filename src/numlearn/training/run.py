@@ -14,7 +14,6 @@ Run dir layout::
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ from numlearn.rundirs import (
     records_sha256,
     run_is_complete,
     training_recipe,
+    weights_sha256,
 )
 from numlearn.training.launch import launch_info
 
@@ -237,17 +237,6 @@ def plan_run(cfg) -> RunPlan:
                    world_size=world_size, grad_accum=int(cfg.train.gradient_accumulation_steps),
                    records=records, model_dir=model_dir, fused_linear=uses_fused_linear_loss(cfg),
                    template_draw=template_draw(cfg), templates=rank_templates(cfg, world_size))
-
-
-def weights_sha256(model_dir: str | Path) -> str:
-    """One sha256 over a model directory's ``*.safetensors`` files (name and bytes, in name order)."""
-    h = hashlib.sha256()
-    for f in sorted(Path(model_dir).glob("*.safetensors")):
-        h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 def base_provenance(model_dir: str | Path) -> dict:
