@@ -331,3 +331,49 @@ def test_bootstrap_p_is_twice_the_smaller_tail():
 
     assert bootstrap_p([1, 2, 3, -1]) == pytest.approx(0.5)  # 1 of 4 at or below zero, doubled
     assert bootstrap_p([1, 2, 3, 4]) == 0.0 and bootstrap_p([-1, 1]) == 1.0
+
+
+def test_ratio_bootstrap_is_a_ratio_of_sums_per_seed_and_resamples_solutions():
+    from numlearn.reporting.stats import ratio_bootstrap
+
+    # two solutions: 1 of 1 digits right, then 0 of 3. Ratio of sums 1/4 = 0.25 (the mean of ratios would be 0.5)
+    num_a, den_a = np.array([[1.0, 0.0]] * 3), np.array([[1.0, 3.0]] * 3)
+    num_b, den_b = np.zeros((3, 2)), np.array([[1.0, 3.0]] * 3)
+    d = ratio_bootstrap(num_a, den_a, num_b, den_b, n_boot=4000)
+    assert d.delta == pytest.approx(0.25) and d.n_problems == 2 and d.paired_seeds
+    # every seed is the same, so the spread is the solutions': a draw of the second solution twice gives 0, of the
+    # first twice 1; the seeds-only bootstrap of the same per-seed values would give the point [0.25, 0.25]
+    assert d.ci_low == pytest.approx(0.0) and d.ci_high == pytest.approx(1.0)
+    # a mixed draw (half the replicates) is 1/4 as a ratio of sums, not the mean of the two ratios (1/2)
+    mid = ratio_bootstrap(num_a, den_a, num_b, den_b, n_boot=4000, level=0.4)
+    assert mid.ci_low == mid.ci_high == pytest.approx(0.25)
+    seeds_only = seed_bootstrap([0.25] * 3, [0.0] * 3, n_boot=4000)
+    assert seeds_only.ci_low == seeds_only.ci_high == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="same problems"):
+        ratio_bootstrap(num_a, den_a, num_b[:, :1], den_b[:, :1])
+
+
+def test_heldout_rows_resample_solutions_only_where_every_run_stored_them():
+    import pandas as pd
+
+    from numlearn.reporting.aggregate import heldout_table
+
+    rng = np.random.default_rng(0)
+
+    def run(loss, seed, acc, with_examples=True):
+        n = rng.integers(1, 6, size=40)
+        correct = np.minimum(n, rng.binomial(n, acc))
+        h = {"digit_acc": float(correct.sum() / n.sum()), "digit_nll": 0.5}
+        if with_examples:
+            h["by_example"] = {"n_digits": n.tolist(), "correct": correct.tolist(), "nll": (0.5 * n).tolist()}
+        return {"model": "m", "loss": loss, "alpha": None, "seed": seed, "heldout": h}
+
+    rows = [run("mle", s, 0.6) for s in range(5)] + [run("del", s, 0.7) for s in range(5)]
+    _, t = heldout_table(pd.DataFrame(rows), n_boot=2000)
+    acc = t[t["metric"] == "digit_acc"].iloc[0]
+    assert acc["n_problems"] == 40 and np.isfinite(acc["problem_ci_low"])
+    want = np.mean([r["heldout"]["digit_acc"] for r in rows[5:]]) - np.mean([r["heldout"]["digit_acc"] for r in rows[:5]])
+    assert acc["delta"] == pytest.approx(want)  # the point is the runs' own scalars
+    rows[0] = run("mle", 0, 0.6, with_examples=False)  # one run without them: the seeds-only bootstrap
+    _, t = heldout_table(pd.DataFrame(rows), n_boot=2000)
+    assert (t["n_problems"] == 0).all()

@@ -18,7 +18,7 @@ import platform
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ import pandas as pd
 
 from .collect import load_results
 from .paper import PAPER_MACC
-from .stats import MIN_SEEDS_FOR_SIGNIFICANCE, multi_column_bootstrap, seed_bootstrap
+from .stats import MIN_SEEDS_FOR_SIGNIFICANCE, multi_column_bootstrap, ratio_bootstrap, seed_bootstrap
 
 LOSS_ORDER = ["mle", "mixce", "emo", "ntl", "dist2", "del"]
 MACC = "mACC"
@@ -239,10 +239,30 @@ HELDOUT_METRICS = {"digit_acc": ("held-out digit acc (%)", 100.0), "digit_nll": 
                    "digit_entropy": ("held-out digit entropy (nats)", 1.0), "ce": ("held-out token CE (nats)", 1.0)}
 
 
+# held-out metric -> the per-solution sums (``by_example``) whose ratio it is: numerator, denominator
+_BY_EXAMPLE = {"digit_acc": ("correct", "n_digits"), "digit_nll": ("nll", "n_digits")}
+
+
+def _per_problem_sums(metric: str, ex_a: list, ex_b: list):
+    """``(num_a, den_a, num_b, den_b)`` ``[seeds, solutions]`` arrays for ``ratio_bootstrap`` when every run of both
+    rows stored its per-solution sums (``by_example``) over the same number of solutions; None otherwise (the
+    seeds-only bootstrap)."""
+    if metric not in _BY_EXAMPLE or not ex_a or not ex_b or not all(ex_a) or not all(ex_b):
+        return None
+    num, den = _BY_EXAMPLE[metric]
+    try:
+        arrays = [np.array([e[key] for e in ex], dtype=float) for ex in (ex_a, ex_b) for key in (num, den)]
+    except (KeyError, ValueError):  # a missing key, or runs measured on different numbers of solutions
+        return None
+    return tuple(arrays) if arrays[0].shape[1:] == arrays[2].shape[1:] and arrays[0].ndim == 2 else None
+
+
 def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, seed: int = 0,
                   level: float = 0.95, with_p: bool = False) -> tuple[str, pd.DataFrame]:
     """Teacher-forced digit metrics on the held-out split (one value per trained model, from its
-    ``run.json``): mean ± std over seeds, and each loss minus ``baseline`` with a seed bootstrap."""
+    ``run.json``): mean ± std over seeds, and each loss minus ``baseline``: the two-level bootstrap (seeds, then
+    solutions) where both rows stored per-solution sums (``by_example``; ``n_problems`` > 0), else over seeds only
+    (``n_problems`` 0)."""
     df = df.copy()
     df["label"] = _row_label(df)
     runs = df.drop_duplicates(["model", "label", "seed"])
@@ -255,9 +275,10 @@ def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, s
     lines += [head, "|---|---|---|" + "---|" * len(keys)]
     order = sorted(set(zip(runs["model"], runs["label"], strict=True)),
                    key=lambda ix: (ix[0], _loss_key(ix[1].split(" ")[0]), ix[1]))
-    vals = {}
+    vals, examples = {}, {}
     for model, label in order:
         sub = runs[(runs["model"] == model) & (runs["label"] == label)].sort_values("seed")
+        examples[(model, label)] = [h.get("by_example") for h in sub["heldout"]]
         cells = []
         for k in keys:
             scale = HELDOUT_METRICS[k][1]
@@ -273,7 +294,12 @@ def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, s
         for k in keys:
             sa, a = vals[(model, label, k)]
             sb, b = vals[(model, base["label"].iloc[0], k)]
-            d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot, seed=seed, level=level)
+            sums = _per_problem_sums(k, examples[(model, label)], examples[(model, base["label"].iloc[0])])
+            if sums is None:  # one value per trained model: seeds resampled only
+                d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot, seed=seed, level=level)
+            else:  # per-solution sums stored: seeds, then problems; the point stays the runs' own scalars
+                d = replace(ratio_bootstrap(*sums, sa, sb, n_boot=n_boot, seed=seed, level=level),
+                            delta=float(np.mean(a) - np.mean(b)))
             rows.append({"model": model, "loss": label, "metric": k, **d.as_dict(with_p)})
     return "\n".join(lines), pd.DataFrame(rows)
 

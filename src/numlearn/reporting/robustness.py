@@ -4,9 +4,10 @@
 For every row and primary metric this writes ``robustness.{md,csv}`` with two intervals side by side:
 
 * the bootstrap and its two-sided p (twice the smaller tail at zero; paired seeds; 20,000 resamples): two-level
-  (seeds, then problems) for accuracy and distance; over seeds only for the held-out digit metrics, which are
-  one value per trained model (``interval`` = ``seeds only``, marked † in the table). A seeds-only bootstrap
-  gives p = 0 whenever every seed moves the same way, so such a verdict rests on the t, and says so;
+  (seeds, then problems) for accuracy and distance, and for the held-out digit metrics where every run stored its
+  per-solution sums (``by_example``: seeds, then solutions); else over seeds only, one value per trained model
+  (``interval`` = ``seeds only``, marked † in the table). A seeds-only bootstrap gives p = 0 whenever every seed
+  moves the same way, so such a verdict rests on the t, and says so;
 * the paired t over seeds: the per-seed differences ``d_s = row_s - MLE_s``, ``mean +- t_{.975,k-1} sd/sqrt(k)``,
   and its p. At small seed counts the percentile bootstrap over k seeds is too narrow (at 3 seeds it is the
   seeds' [min, max] at any level); the t-interval is not.
@@ -184,7 +185,8 @@ def robustness(df: pd.DataFrame, primary=DEFAULT_PRIMARY, family=(), selection_s
             rows.append({"loss": label, "metric": f"{kind}: {name}", "metric_key": metric_key(kind, name),
                          "higher_is_better": higher, "seeds": ",".join(map(str, common)), "n_seeds": len(common),
                          "fresh_seeds_only": fresh, "grid_edge": edge or "",
-                         "interval": SEEDS_ONLY if kind == "heldout" else "seeds x problems",
+                         "interval": SEEDS_ONLY if kind == "heldout" and not int(b.get("n_problems") or 0)
+                                     else "seeds x problems",
                          "delta": b["delta"], "ci_low": b["ci_low"], "ci_high": b["ci_high"], "p_boot": b["p_boot"],
                          "t_mean": t.mean, "t_ci_low": t.ci_low, "t_ci_high": t.ci_high, "p_t": t.p,
                          "per_seed_diff": ";".join(f"{x:+.4g}" for x in d), "better_seeds": f"{better}/{len(common)}",
@@ -222,6 +224,23 @@ def _verdict(r) -> str:
     return "not significant after correction" if both else "not significant"
 
 
+def _heldout_interval_text(t: pd.DataFrame) -> str:
+    """How the held-out rows' bootstrap was computed, as the table holds them: seeds then solutions where the runs
+    stored per-solution sums, seeds only (†) where not."""
+    held = t[t["metric_key"].isin(list(HELDOUT_METRICS))]
+    kinds = set(held["interval"]) if not held.empty else set()
+    two = "two-level (seeds, then the solutions) for the held-out digit metrics, from each run's per-solution sums"
+    one = ("over seeds only (†) for the held-out digit metrics, one value per trained model, whose p is 0 whenever "
+           "every seed moves the same way, so their verdicts rest on the t")
+    if kinds == {SEEDS_ONLY}:
+        return "; " + one
+    if kinds == {"seeds x problems"}:
+        return "; " + two
+    if kinds:
+        return f"; {two} where stored, else {one.replace('for the held-out digit metrics, ', '')}"
+    return ""
+
+
 def _fmt(v: float) -> str:
     if not np.isfinite(v):
         return "n/a"
@@ -253,8 +272,7 @@ def render(t: pd.DataFrame, family, selection_seeds, n_boot: int, command, out: 
     lines = [header(command, "numlearn.reporting.robustness", out), "",
              f"## {HEADING.replace('MLE', base)}", "",
              f"Two intervals per difference: the bootstrap (paired seeds; {n_boot} resamples) -- two-level, seeds "
-             "then problems, for accuracy and distance; seeds only (†) for the held-out digit metrics, one value per "
-             "trained model, whose p is 0 whenever every seed moves the same way, so their verdicts rest on the t "
+             f"then problems, for accuracy and distance{_heldout_interval_text(t)} "
              "-- and the paired t over the per-seed differences, each with its two-sided p. The declared "
              f"family ({n_fam} comparisons: {fam}) is Holm-adjusted, both p-values; **significant** = in "
              f"the family, >= {MIN_SEEDS_FOR_VERDICT} seeds, both adjusted p < {ALPHA}. Outside the family: "

@@ -292,3 +292,33 @@ def seed_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: i
     return Difference(point, lo, hi, float("nan"), float("nan"), len(a), len(b), 0, paired,
                       _significant(lo, hi, len(a), len(b)), bootstrap_p(boot) if min(len(a), len(b)) >= 2
                       else float("nan"))
+
+
+def ratio_bootstrap(num_a, den_a, num_b, den_b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
+                    level: float = 0.95) -> Difference:
+    """The two-level bootstrap (seeds, then problems) of a difference of per-seed ratios of sums: each side's
+    ``num``/``den`` are ``[n_seeds, n_problems]`` per-problem sums over the same problems in the same order (held-out
+    digit accuracy: correct digits / digits of each solution; digit NLL: summed NLL / digits), a seed's value
+    ``sum(num) / sum(den)`` over its (resampled) problems. As ``multi_column_bootstrap``: one problem draw per
+    replicate shared by both sides (paired problems), seeds drawn with the design's pairing."""
+    num_a, den_a, num_b, den_b = (np.asarray(x, dtype=float) for x in (num_a, den_a, num_b, den_b))
+    if not (num_a.shape == den_a.shape and num_b.shape == den_b.shape and num_a.ndim == 2 and num_b.ndim == 2
+            and num_a.shape[1] == num_b.shape[1]):
+        raise ValueError(f"expected [seeds, problems] sums over the same problems: {num_a.shape}/{den_a.shape} vs "
+                         f"{num_b.shape}/{den_b.shape}")
+    k_a, k_b, n = num_a.shape[0], num_b.shape[0], num_a.shape[1]
+    seeds_a = list(range(k_a)) if seeds_a is None else list(seeds_a)
+    seeds_b = list(range(k_b)) if seeds_b is None else list(seeds_b)
+    paired = seeds_a == seeds_b
+    rng = np.random.default_rng(seed)
+    seedable = min(k_a, k_b) >= 2
+    design = _Design([(1 - level) / 2 * 100, (1 + level) / 2 * 100], k_a, k_b, paired, seedable)
+    w_a = _counts(rng, k_a, n_boot) if seedable else None
+    w_b = (w_a if paired else _counts(rng, k_b, n_boot)) if seedable else None
+    v = _counts(rng, n, n_boot)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ra = (num_a @ v.T) / (den_a @ v.T)  # [k, n_boot]: each seed's ratio under the problem draw
+        rb = (num_b @ v.T) / (den_b @ v.T)
+        point = float(np.mean(num_a.sum(1) / den_a.sum(1)) - np.mean(num_b.sum(1) / den_b.sum(1)))
+    boot = _nanmean(ra, w_a) - _nanmean(rb, w_b) if seedable else np.full(n_boot, np.nan)
+    return _difference(point, boot, _nanmean(ra) - _nanmean(rb), n, design)
