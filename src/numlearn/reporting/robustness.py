@@ -230,7 +230,7 @@ def _heldout_interval_text(t: pd.DataFrame) -> str:
     held = t[t["metric_key"].isin(list(HELDOUT_METRICS))]
     kinds = set(held["interval"]) if not held.empty else set()
     two = "two-level (seeds, then the solutions) for the held-out digit metrics, from each run's per-solution sums"
-    one = ("over seeds only (†) for the held-out digit metrics, one value per trained model, whose p is 0 whenever "
+    one = ("seeds only (†) for the held-out digit metrics, one value per trained model, whose p is 0 whenever "
            "every seed moves the same way, so their verdicts rest on the t")
     if kinds == {SEEDS_ONLY}:
         return "; " + one
