@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -65,7 +66,11 @@ def test_summaries_are_ratios_of_sums_over_problems():
     assert s["correct"]["value"] == pytest.approx(2 / 3)
     assert s["lowers_code"]["value"] == pytest.approx(1 / 3)  # over digits
     assert s["lowers_weight_code"]["value"] == pytest.approx(4 / 8)  # over place weight
-    assert s["places"]["units"] == {"n_digits": 2, "correct": 0.5, "nll": 0.0}
+    units = s["places"]["units"]
+    assert {k: units[k] for k in ("n_digits", "correct", "nll")} == {"n_digits": 2, "correct": 0.5, "nll": 0.0}
+    # a units digit in each problem, one right: a resample of problem 0 twice gives 0, of problem 1 twice 1
+    assert units["ci"]["correct"] == pytest.approx([0.0, 1.0]) and units["ci"]["nll"] == pytest.approx([0.0, 0.0])
+    assert s["places"]["tens"]["ci"]["correct"] == pytest.approx([1.0, 1.0])  # one tens digit, right in every draw
     lo, hi = s["correct"]["ci"]
     assert 0.0 <= lo <= 2 / 3 <= hi <= 1.0
 
@@ -79,8 +84,12 @@ def test_model_minus_baseline_has_its_sign_and_a_paired_interval():
     assert c["correct"]["value"] == pytest.approx(1 / 3)  # model minus baseline
     lo, hi = c["correct"]["ci"]
     assert 0.0 <= lo <= 1 / 3 <= hi  # paired: a resample never makes the better model worse
+    units = c["places"]["units"]
+    assert units["correct"] == pytest.approx(1 / 3) and 0.0 <= units["ci"]["correct"][0] <= 1 / 3 <= \
+        units["ci"]["correct"][1]
     same = compare(better, better, n_boot=100)
     assert same["correct"] == {"value": 0.0, "ci": [0.0, 0.0]}
+    assert same["places"]["units"]["ci"] == {"correct": [0.0, 0.0], "nll": [0.0, 0.0]}  # paired draws: no spread
     with pytest.raises(ValueError, match="same solutions"):
         compare(better, better[:2])
 
@@ -118,6 +127,8 @@ def test_the_command_end_to_end_resumes_and_gets_the_sign(tiny_pair, tmp_path, d
     # halving the digit rows halves every digit logit: model - baseline = -0.5 x the baseline's mean
     assert cmp["difference"]["digit_logit"]["value"] == pytest.approx(-0.5 * base_logit, rel=1e-4, abs=1e-6)
     assert cmp["model"]["digit_logit"]["value"] == pytest.approx(0.5 * base_logit, rel=1e-4, abs=1e-6)
+    md = next(out.glob("*__vs__*/compare.md")).read_text()
+    assert probe.MIXED_NOTE in md and re.search(r"\| units \| \d+ \| [\d.]+ \[[\d.]+, [\d.]+\] \|", md)
     # a re-run measures nothing again: no model is loaded
     monkeypatch.setattr(probe, "load_model", lambda *a, **k: pytest.fail("re-run loaded a model"))
     assert probe.main(argv) == 0

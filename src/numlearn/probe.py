@@ -235,12 +235,28 @@ def report(cfg: ProbeConfig, model_rows: dict, base_rows: dict | None) -> str:
         for p in PLACES:
             if p in s["places"]:
                 q = s["places"][p]
-                row = f"| {p} | {q['n_digits']} | {100 * q['correct']:.1f} | {q['nll']:.3f} |"
+                row = f"| {p} | {q['n_digits']} | {_place_cell(q, 'correct', 100, '.1f')} | {_place_cell(q, 'nll', 1, '.3f')} |"
                 if c and p in c["places"]:
-                    row += f" {100 * c['places'][p]['correct']:+.1f} | {c['places'][p]['nll']:+.3f} |"
+                    d = c["places"][p]
+                    row += f" {_place_cell(d, 'correct', 100, '+.1f')} | {_place_cell(d, 'nll', 1, '+.3f')} |"
                 lines.append(row)
         lines.append("")
+    if base_rows:
+        lines += [MIXED_NOTE, ""]
     return "\n".join(lines), result
+
+
+# what a model-minus-baseline comparison measures, said under every one (issue 59 item 5)
+MIXED_NOTE = ("Model minus baseline is whatever differs between the two checkpoints: against a base model it is the "
+              "fine-tuning and the loss together; only a twin trained with MLE on the same data, steps and seed "
+              "(model and baseline both fine-tunes) isolates the loss. The DEL authors' released checkpoints have no "
+              "such twin; conf/study/qwen_coder.yaml trains one for each of its rows (its tuned MLE).")
+
+
+def _place_cell(q: dict, key: str, scale: float, fmt: str) -> str:
+    ci = (q.get("ci") or {}).get(key)
+    body = format(q[key] * scale, fmt)
+    return body + (f" [{format(ci[0] * scale, fmt)}, {format(ci[1] * scale, fmt)}]" if ci else "")
 
 
 def run(cfg: ProbeConfig, say=print) -> Path:

@@ -154,13 +154,28 @@ def _ci(boot: torch.Tensor) -> list[list[float] | None]:
     return out
 
 
-def _places(rows: list[dict]) -> dict:
+def _place_matrix(rows: list[dict], place: str) -> torch.Tensor:
+    """``[n, 3]`` float64: each problem's digits at ``place``, their correct count and summed NLL."""
+    return torch.tensor([r["places"].get(place, [0, 0, 0]) for r in rows], dtype=torch.float64).reshape(-1, 3)
+
+
+def _place_ratios(m: torch.Tensor) -> torch.Tensor:
+    """``[..., 3] -> [..., 2]``: accuracy and NLL at a place, as ratios of sums (NaN without a digit there)."""
+    return m[..., 1:] / m[..., :1]
+
+
+def _places(rows: list[dict], w: torch.Tensor | None = None) -> dict:
+    """Per place with digits: ``n_digits``, ``correct`` and ``nll`` (ratios of sums over the problems) and, with
+    resample weights ``w`` (``[n_boot, n]``), their 95 % bootstrap intervals over problems (``ci``)."""
     out = {}
     for place in PLACES:
-        n = sum(r["places"].get(place, [0, 0, 0])[0] for r in rows)
+        m = _place_matrix(rows, place)
+        n = int(m[:, 0].sum()) if len(rows) else 0
         if n:
-            out[place] = {"n_digits": n, "correct": sum(r["places"].get(place, [0, 0, 0])[1] for r in rows) / n,
-                          "nll": sum(r["places"].get(place, [0, 0, 0])[2] for r in rows) / n}
+            v = _place_ratios(m.sum(0))
+            out[place] = {"n_digits": n, "correct": float(v[0]), "nll": float(v[1])}
+            if w is not None:
+                out[place]["ci"] = dict(zip(("correct", "nll"), _ci(_place_ratios(w @ m)), strict=True))
     return out
 
 
@@ -170,11 +185,12 @@ def _value(x: float) -> float | None:
 
 def summarise(rows: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
     """Each quantity of ``SUMS`` as a ratio of sums over the problems, with a 95 % bootstrap interval over
-    problems, and the per-place accuracy and NLL."""
+    problems, and the per-place accuracy and NLL with theirs."""
     m = _matrix(rows)
     value = _ratios(m.sum(0))
-    cis = _ci(_ratios(_resample_weights(len(rows), n_boot, seed) @ m)) if n_boot and rows else [None] * len(SUMS)
-    out = {"n_problems": len(rows), "n_digits": int(m[:, 0].sum()) if rows else 0, "places": _places(rows)}
+    w = _resample_weights(len(rows), n_boot, seed) if n_boot and rows else None
+    cis = _ci(_ratios(w @ m)) if w is not None else [None] * len(SUMS)
+    out = {"n_problems": len(rows), "n_digits": int(m[:, 0].sum()) if rows else 0, "places": _places(rows, w)}
     for j, k in enumerate(SUMS):
         out[k] = {"value": _value(float(value[j])), "ci": cis[j]}
     return out
@@ -183,7 +199,7 @@ def summarise(rows: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
 def compare(rows: list[dict], base: list[dict], n_boot: int = 2000, seed: int = 0) -> dict:
     """Model minus baseline on the same problems (rows in the same order): each quantity's difference of
     ratios with a paired bootstrap interval over problems (one resampling of the problems for both), and
-    the per-place differences."""
+    the per-place differences with theirs."""
     if len(rows) != len(base):
         raise ValueError(f"compare: {len(rows)} problems against the baseline's {len(base)}: probe both on the same "
                          "solutions (the same datasets and n)")
@@ -198,5 +214,10 @@ def compare(rows: list[dict], base: list[dict], n_boot: int = 2000, seed: int = 
     for j, k in enumerate(SUMS):
         out[k] = {"value": _value(float(value[j])), "ci": cis[j]}
     pa, pb = _places(rows), _places(base)
-    out["places"] = {p: {q: pa[p][q] - pb[p][q] for q in ("correct", "nll")} for p in PLACES if p in pa and p in pb}
+    out["places"] = {}
+    for p in (p for p in PLACES if p in pa and p in pb):  # paired: the same problem draws on both sides
+        out["places"][p] = {q: pa[p][q] - pb[p][q] for q in ("correct", "nll")}
+        if n_boot and rows:
+            boot = _place_ratios(w @ _place_matrix(rows, p)) - _place_ratios(w @ _place_matrix(base, p))
+            out["places"][p]["ci"] = dict(zip(("correct", "nll"), _ci(boot), strict=True))
     return out
