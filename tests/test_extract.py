@@ -93,15 +93,22 @@ def test_force_choice_letter_option_and_unknown_benchmark():
 
 def test_a_benchmark_by_name_is_what_was_registered_and_library_code_reads_no_config_tree(monkeypatch):
     """Issue 43: only the CLI layer reads conf/ (``numlearn.cli.benchmark_configs``); the library resolves a name
-    through what was registered (the entry points and this suite's conftest register the repo's benchmarks). An
-    unregistered name is a ValueError naming both fixes -- never a read of a conf/ the caller did not ask for, and
-    never an exit; a spec object needs no registration; a registration is the spec it was given."""
+    through what was registered (the entry points and this suite's conftest register the repo's benchmarks), else
+    the paper's seven that ship with the package (issue 62). Another unregistered name is a ValueError naming both
+    fixes -- never a read of a conf/ the caller did not ask for, and never an exit; a spec object needs no
+    registration; a registration is the spec it was given, over the packaged one."""
     from numlearn.cli import benchmark_configs
     from numlearn.evaluation import spec
 
+    import numlearn.cli
+
     monkeypatch.setattr(spec, "_REGISTERED", {})
-    with pytest.raises(ValueError, match=r"unknown benchmark 'gsm8k' \(registered: none\).*register_benchmarks"):
-        extract_answer("gsm8k", "so 12")
+    with monkeypatch.context() as m:
+        m.setattr(numlearn.cli, "benchmark_configs", lambda *a: pytest.fail("the library read conf/"))
+        assert extract_answer("gsm8k", "so #### 12") == "12" and spec.as_spec("aqua").choice_letters == "ABCDE"
+        with pytest.raises(ValueError, match=r"unknown benchmark 'synthetic_test' \(registered: aqua, gsm8k, .*"
+                                             r"register_benchmarks"):
+            extract_answer("synthetic_test", "so 12")
     (gsm8k,) = [c for c in benchmark_configs() if c.name == "gsm8k"]
     assert extract_answer(spec.BenchmarkSpec.from_config(gsm8k), "so 12") == "12"
     mine = spec.BenchmarkSpec(name="gsm8k", loader="gsm8k", answer="choice", choice_letters="AB")
@@ -117,3 +124,28 @@ def test_very_long_numbers_do_not_break_extraction():
     assert extract_answer("svamp", f"The answer is {long}.50") == long + ".5"
     assert is_correct("svamp", long, long) and not is_correct("svamp", long, "1" * 79)
     assert extract_answer("svamp", "The answer is 1e999999999") in ("1", "")  # no exponent blow-up
+
+
+def test_the_packaged_paper_benchmarks_are_conf_s_and_an_installed_library_knows_them(tmp_path):
+    """The package ships the paper's seven specs (``paper_benchmarks.json``), derived from conf/eval/benchmark by
+    ``python tools/paper_benchmarks.py --write``: the file equals the derivation, and a fresh interpreter that has
+    registered nothing (an installed user's) resolves every one by name."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    mod_spec = importlib.util.spec_from_file_location("paper_benchmarks", repo / "tools" / "paper_benchmarks.py")
+    tool = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(tool)
+    packaged = repo / "src" / "numlearn" / "evaluation" / "paper_benchmarks.json"
+    assert packaged.read_text() == tool.packaged_text(), "run: python tools/paper_benchmarks.py --write"
+    code = ("from numlearn.evaluation import extract_answer, spec\n"
+            "assert not spec._REGISTERED\n"
+            "print(extract_answer('gsm8k', 'so #### 1,234'), extract_answer('aqua', 'The answer is (C)'),"
+            " sorted(spec.packaged_specs()))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(" ", 2)[:2] == ["1234", "C"]
+    assert "'mmlu_mathematics', 'sat', 'simuleq', 'svamp'" in r.stdout

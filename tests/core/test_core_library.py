@@ -39,6 +39,22 @@ def test_importing_the_losses_imports_only_torch():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_the_paper_benchmarks_are_known_by_name_without_a_clone_or_the_reproduction_stack():
+    """``extract_answer("gsm8k", ...)`` with nothing registered: the seven specs ship as package data (in the core
+    venv, from the installed wheel), and scoring a completion imports none of the reproduction stack."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom numlearn.evaluation import extract_answer, is_correct\n"
+            "got = [extract_answer('gsm8k', 'so #### 1,234'), extract_answer('mmlu_mathematics', 'The answer is (D)'),"
+            " str(is_correct('svamp', '12.0', '12'))]\n"
+            "bad = [m for m in " + repr(REPRODUCTION) + " if m in sys.modules]\n"
+            "print(' '.join(got), bad)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.expanduser("~"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1234 D True []"
+
+
 def test_del_on_hand_built_logits():
     """One digit target (the 3 in "3."), logits 0 everywhere but the target's: CE is the softmax
     CE over the 12-token vocabulary, and DEL's code-form term (place weights off) is alpha x the mean

@@ -75,6 +75,7 @@ def test_wheel_holds_the_package_data_and_no_repo_files(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "numlearn/py.typed" in names
     assert any(n.startswith("numlearn/data/") and n.endswith(".json") for n in names)
+    assert "numlearn/evaluation/paper_benchmarks.json" in names  # the paper's seven, known by name when installed
     assert not [n for n in names if n.startswith(("tests/", "conf/", "examples/"))]
 
 

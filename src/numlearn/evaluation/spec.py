@@ -59,8 +59,26 @@ class BenchmarkSpec:
 
 # Benchmarks resolvable by name (``as_spec("gsm8k")``). Library code never reads ``conf/``: the entry points and
 # scripts register what the CLI layer composed or read (``numlearn.cli.benchmark_configs()``), and a caller can
-# register its own.
+# register its own. The paper's seven ship with the package (``paper_benchmarks.json``, derived from
+# ``conf/eval/benchmark`` by ``python tools/paper_benchmarks.py --write``): an installed library knows them by name.
 _REGISTERED: dict[str, BenchmarkSpec] = {}
+PAPER_BENCHMARKS = ("gsm8k", "svamp", "simuleq", "math", "aqua", "sat", "mmlu_mathematics")
+PACKAGED_FILE = "paper_benchmarks.json"
+_SPEC_FIELDS = ("name", "loader", "answer", "choice_letters", "triggers", "max_new_tokens")
+
+
+def spec_record(spec: BenchmarkSpec) -> dict:
+    """A spec as the packaged file stores it (JSON: triggers as a list)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in ((k, getattr(spec, k)) for k in _SPEC_FIELDS)}
+
+
+def packaged_specs() -> dict[str, BenchmarkSpec]:
+    """The paper's seven benchmarks as the package ships them (no clone, no registration needed)."""
+    import json
+    from importlib import resources
+
+    data = json.loads(resources.files("numlearn.evaluation").joinpath(PACKAGED_FILE).read_text(encoding="utf-8"))
+    return {r["name"]: BenchmarkSpec(**{**r, "triggers": tuple(r["triggers"])}) for r in data["benchmarks"]}
 
 
 def register_benchmarks(benchmarks) -> list[BenchmarkSpec]:
@@ -73,13 +91,17 @@ def register_benchmarks(benchmarks) -> list[BenchmarkSpec]:
 
 
 def as_spec(benchmark: str | BenchmarkSpec) -> BenchmarkSpec:
-    """A spec, or the registered spec of that name (``register_benchmarks``)."""
+    """A spec, or the registered spec of that name (``register_benchmarks``), else the packaged one of the paper's
+    seven."""
     if isinstance(benchmark, BenchmarkSpec):
         return benchmark
     name = str(benchmark)
+    if name not in _REGISTERED and name in PAPER_BENCHMARKS:
+        return packaged_specs()[name]
     if name not in _REGISTERED:
-        known = sorted(_REGISTERED)
-        raise ValueError(f"unknown benchmark {name!r} (registered: {known or 'none'}): pass a BenchmarkSpec "
+        known = ", ".join(sorted({*_REGISTERED, *PAPER_BENCHMARKS}))
+        raise ValueError(f"unknown benchmark {name!r} (registered: {known}): pass a BenchmarkSpec "
                          "(BenchmarkSpec.from_config(node)), or register it first -- in a clone of numlearn, "
                          "register_benchmarks(numlearn.cli.benchmark_configs()) registers conf/eval/benchmark")
     return _REGISTERED[name]
+
