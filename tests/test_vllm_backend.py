@@ -83,3 +83,48 @@ def test_vllm_evaluates_the_real_benchmarks_into_the_hf_runs_files(tmp_path, dat
     res = json.loads(next((tmp_path / "vllm").rglob("result.json")).read_text())
     assert res["backend"]["backend"] == "vllm" and res["protocol"] == "official"
     assert res["generation"]["generated_tokens"] > 0 and res["generation"]["tokens_per_s"] > 0
+
+
+def test_the_teacher_forced_pass_after_vllm_generation_reads_the_prefix_cache(tmp_path, data_dir):
+    """The Qwen2.5-Coder study's evaluation shape (conf/eval/qwen_coder_study.yaml) on SmolLM2-135M: vLLM generates,
+    is released, then the teacher-forced pass runs on the CPU with the frozen layers' states from the prefix cache.
+    The first evaluation computes and stores every batch; a second model directory with the same weights reads
+    every batch from the cache and gets the same digit metrics as the first."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    model = repo / "data_cache" / "smollm2-eval"
+    if not (model / "config.json").exists():
+        pytest.skip(f"{model} not exported: make assets && python -m numlearn.assets smollm2-135m --out {model}")
+    twin = tmp_path / "twin"
+    shutil.copytree(model, twin)
+    conf = tmp_path / "conf"  # a None-typed node takes a dict from a file (a command-line dict is refused by Hydra)
+    shutil.copytree(repo / "conf", conf)
+    (conf / "eval" / "smoke_prefix.yaml").write_text(
+        "defaults:\n  - smoke\n  - _self_\nteacher_forced:\n  n: 6\n  batch_size: 3\n  max_length: 256\n"
+        f"  dtype: bfloat16\n  device: cpu\n  prefix_cache:\n    dir: {tmp_path}/prefix\n    frozen_layers: 26\n")
+    tf = ["eval=smoke_prefix",
+          *(f"~eval.benchmarks.{b}" for b in ("svamp", "simuleq", "math", "aqua", "sat", "mmlu_mathematics"))]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "NUMLEARN_CONF_DIR": str(conf)}
+    got = []
+    for m in (model, twin):
+        r = subprocess.run([sys.executable, "-m", "numlearn.evaluate", "experiment=eval_smoke_smollm2", f"model_path={m}",
+                            f"paths.data_dir={data_dir}", f"paths.cache_dir={tmp_path}/cache", "eval.limit=1",
+                            "eval.max_new_tokens_cap=16", "eval.backend=vllm", "eval.enforce_eager=true",
+                            "eval.max_model_len=2048", "eval.modes=[cot]", *tf,
+                            f"eval_dir={tmp_path}/{m.name}"], cwd=repo, env=env, capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stderr[-4000:]
+        res = json.loads(next((tmp_path / m.name).rglob("result.json")).read_text())
+        got.append(res["teacher_forced"])
+    first, second = got
+    assert first["prefix_cache"] == {"frozen_layers": 26, "batches_from_cache": 0, "batches_computed": 2}
+    assert second["prefix_cache"] == {"frozen_layers": 26, "batches_from_cache": 2, "batches_computed": 0}
+    assert first["n_examples"] == 6 and first["dtype"] == "bfloat16"
+    assert {k: second[k] for k in ("digit_acc", "digit_nll", "n_digits")} == \
+        {k: first[k] for k in ("digit_acc", "digit_nll", "n_digits")}
