@@ -420,3 +420,33 @@ def test_a_rows_own_variations_enter_the_committed_store(tmp_path, capsys):
     run = _result_with_recipe(outputs, ["loss.alpha=0.32", "train.learning_rate=0.006", "loss.tag=x"])
     assert store_main(["publish", str(run), "--outputs", str(outputs), "--store", str(committed)]) == 0
     assert "1 new" in capsys.readouterr().err
+
+
+def test_a_declared_evaluation_subset_enters_the_committed_store_and_an_ad_hoc_one_does_not(tmp_path):
+    """A study's selection split is a declared evaluation (conf/eval/qwen_coder_select.yaml: the first 40 problems
+    of GSM8K-train), not a shortened run: its results enter the committed store, where the preset's own evaluation
+    would be 100 problems. The same benchmark at a limit no conf/eval file declares (eval.limit=10) is refused."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from numlearn.cli import conf_dir
+    from numlearn.records import ResultRecord
+    from numlearn.reporting.store import committed_store_problem
+
+    with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+        cfg = compose("config", overrides=["experiment=qwen_coder_study", "loss=mle", "seed=0",
+                                           "loss.tag=mle_lr1e-05", "train.learning_rate=1e-05"])
+    recipe = OmegaConf.to_container(cfg, resolve=True)
+
+    def result(limit):
+        f = tmp_path / f"limit{limit}" / "result.json"
+        f.parent.mkdir()
+        f.write_text(json.dumps({
+            "run": {"experiment": "qwen_coder_study", "loss": "mle", "alpha": 0.0, "seed": 0, "recipe": recipe},
+            "benchmark": {"name": "gsm8k_train", "kind": "number"}, "mode": "cot", "config": {"eval": {"limit": limit}},
+            "metrics": {"accuracy": 0.5, "n": 2}, "correct_by_id": {"0": 1, "1": 0}}))
+        return ResultRecord.read(f)
+
+    assert committed_store_problem(result(40)) is None
+    why = committed_store_problem(result(10))
+    assert why and "evaluated on 10 problems" in why and "no conf/eval file that holds gsm8k_train evaluates 10" in why

@@ -225,14 +225,43 @@ def committed_store_problem(result: ResultRecord, _cache: dict | None = None) ->
     if found is None:  # an experiment no preset of this checkout names (an older study's): nothing to compare
         return None
     preset, limit = found
-    if result.limit is not None and result.limit != limit:
+    if result.limit is not None and result.limit != limit and \
+            result.limit not in _declared_limits(str(exp), result.benchmark_name, _cache if _cache is not None else {}):
         return (f"it was evaluated on {result.limit} problems per benchmark, where its preset evaluates "
-                + ("every problem" if limit is None else str(limit)))
+                + ("every problem" if limit is None else str(limit))
+                + f" and no conf/eval file that holds {result.benchmark_name} evaluates {result.limit}")
     diff = [d for d in recipe_differences(preset, training_recipe(tc)) if not d.startswith(ROW_KEYS)]
     if diff:
         return (f"it was trained with a recipe its preset experiment={exp} does not have ("
                 + "; ".join(diff[:3]) + (" ..." if len(diff) > 3 else "") + ")")
     return None
+
+
+def _declared_limits(experiment: str, benchmark: str, cache: dict) -> set:
+    """The problem limits a declared evaluation gives ``benchmark`` under ``experiment``: every ``conf/eval`` file
+    that holds it, composed on the preset (a study's selection split, ``eval=qwen_coder_select``: its first 40
+    problems). A subset no file declares -- an ``eval.limit=`` on the command line -- is in none."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from numlearn.cli import conf_dir
+
+    key = ("declared", experiment)
+    if key not in cache:
+        limits: dict[str, set] = {}
+        with initialize_config_dir(version_base="1.3", config_dir=conf_dir()):
+            for f in sorted((Path(conf_dir()) / "eval").glob("*.yaml")):
+                if f.stem.startswith("_"):
+                    continue
+                try:
+                    ev = compose("evaluate", overrides=[f"experiment={experiment}", f"eval={f.stem}"]).eval
+                except (HydraException, OmegaConfBaseException):
+                    continue
+                for name in ev.benchmarks or {}:
+                    limits.setdefault(str(name), set()).add(ev.get("limit"))
+        cache[key] = limits
+    return cache[key].get(benchmark, set())
 
 
 def _preset_recipe(experiment: str, tc: dict, cache: dict) -> tuple[dict, object] | None:
