@@ -339,18 +339,18 @@ def test_ratio_bootstrap_is_a_ratio_of_sums_per_seed_and_resamples_solutions():
     # two solutions: 1 of 1 digits right, then 0 of 3. Ratio of sums 1/4 = 0.25 (the mean of ratios would be 0.5)
     num_a, den_a = np.array([[1.0, 0.0]] * 3), np.array([[1.0, 3.0]] * 3)
     num_b, den_b = np.zeros((3, 2)), np.array([[1.0, 3.0]] * 3)
-    d = ratio_bootstrap(num_a, den_a, num_b, den_b, n_boot=4000)
+    d = ratio_bootstrap((num_a, den_a), (num_b, den_b), n_boot=4000)
     assert d.delta == pytest.approx(0.25) and d.n_problems == 2 and d.paired_seeds
     # every seed is the same, so the spread is the solutions': a draw of the second solution twice gives 0, of the
     # first twice 1; the seeds-only bootstrap of the same per-seed values would give the point [0.25, 0.25]
     assert d.ci_low == pytest.approx(0.0) and d.ci_high == pytest.approx(1.0)
     # a mixed draw (half the replicates) is 1/4 as a ratio of sums, not the mean of the two ratios (1/2)
-    mid = ratio_bootstrap(num_a, den_a, num_b, den_b, n_boot=4000, level=0.4)
+    mid = ratio_bootstrap((num_a, den_a), (num_b, den_b), n_boot=4000, level=0.4)
     assert mid.ci_low == mid.ci_high == pytest.approx(0.25)
     seeds_only = seed_bootstrap([0.25] * 3, [0.0] * 3, n_boot=4000)
     assert seeds_only.ci_low == seeds_only.ci_high == pytest.approx(0.25)
     with pytest.raises(ValueError, match="same problems"):
-        ratio_bootstrap(num_a, den_a, num_b[:, :1], den_b[:, :1])
+        ratio_bootstrap((num_a, den_a), (num_b[:, :1], den_b[:, :1]))
 
 
 def test_heldout_rows_resample_solutions_only_where_every_run_stored_them():

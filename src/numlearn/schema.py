@@ -212,6 +212,9 @@ class ModelConfig:
     tokenizer: Optional[str] = None  # a directory, "same" (the model's), or the project's synthetic_bpe[_chunk3]
     dtype: Optional[str] = None  # float32 | bfloat16 | float16
     attn_implementation: Optional[str] = None
+    # source=pretrained, a hub id: the revision (a commit sha pins it; ``python -m numlearn.fetch`` records the sha
+    # each fetch resolved to); null: the hub's main, whatever it is that day
+    revision: Optional[str] = None
     fsdp_wrap: Optional[str] = None  # the decoder layer class FSDP wraps
     assets_tokenizer: Optional[str] = None  # the offline twin under paths.assets_dir/tokenizers (dry runs, tests)
     vocab_setup: Optional[str] = None  # null: the checkpoint's rows | official: the authors' added tokens and resize

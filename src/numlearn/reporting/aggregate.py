@@ -298,7 +298,7 @@ def heldout_table(df: pd.DataFrame, baseline: str = "mle", n_boot: int = 2000, s
             if sums is None:  # one value per trained model: seeds resampled only
                 d = seed_bootstrap(a, b, sa, sb, n_boot=n_boot, seed=seed, level=level)
             else:  # per-solution sums stored: seeds, then problems; the point stays the runs' own scalars
-                d = replace(ratio_bootstrap(*sums, sa, sb, n_boot=n_boot, seed=seed, level=level),
+                d = replace(ratio_bootstrap(sums[:2], sums[2:], sa, sb, n_boot=n_boot, seed=seed, level=level),
                             delta=float(np.mean(a) - np.mean(b)))
             rows.append({"model": model, "loss": label, "metric": k, **d.as_dict(with_p)})
     return "\n".join(lines), pd.DataFrame(rows)

@@ -294,14 +294,14 @@ def seed_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: i
                       else float("nan"))
 
 
-def ratio_bootstrap(num_a, den_a, num_b, den_b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
+def ratio_bootstrap(a, b, seeds_a=None, seeds_b=None, n_boot: int = 2000, seed: int = 0,
                     level: float = 0.95) -> Difference:
-    """The two-level bootstrap (seeds, then problems) of a difference of per-seed ratios of sums: each side's
-    ``num``/``den`` are ``[n_seeds, n_problems]`` per-problem sums over the same problems in the same order (held-out
+    """The two-level bootstrap (seeds, then problems) of a difference of per-seed ratios of sums: each side,
+    ``a`` and ``b``, is a pair ``(num, den)`` of ``[n_seeds, n_problems]`` per-problem sums over the same problems in the same order (held-out
     digit accuracy: correct digits / digits of each solution; digit NLL: summed NLL / digits), a seed's value
     ``sum(num) / sum(den)`` over its (resampled) problems. As ``multi_column_bootstrap``: one problem draw per
     replicate shared by both sides (paired problems), seeds drawn with the design's pairing."""
-    num_a, den_a, num_b, den_b = (np.asarray(x, dtype=float) for x in (num_a, den_a, num_b, den_b))
+    num_a, den_a, num_b, den_b = (np.asarray(x, dtype=float) for x in (*a, *b))
     if not (num_a.shape == den_a.shape and num_b.shape == den_b.shape and num_a.ndim == 2 and num_b.ndim == 2
             and num_a.shape[1] == num_b.shape[1]):
         raise ValueError(f"expected [seeds, problems] sums over the same problems: {num_a.shape}/{den_a.shape} vs "

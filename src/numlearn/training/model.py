@@ -85,8 +85,9 @@ def build_tokenizer(model_cfg, corpus_fn, cache_dir: str | Path, root: Path, ass
     p = Path(str(src))
     if not p.is_absolute() and (root / p).exists():
         src = str(root / p)
-    try:
-        tok = AutoTokenizer.from_pretrained(src)
+    same = str(src) == str(model_cfg.get("name_or_path")) and model_cfg.get("revision")
+    try:  # the model's own tokenizer at the model's pinned revision
+        tok = AutoTokenizer.from_pretrained(src, **({"revision": str(model_cfg.revision)} if same else {}))
     except OSError as e:  # no network and not in the hub cache (or a wrong name): one line, with the fix
         raise FileNotFoundError(_tokenizer_fix(model_cfg, src, e, assets_dir)) from None
     vocab = check_vocab_setup(model_cfg.get("vocab_setup"))
@@ -174,6 +175,8 @@ def build_model(model_cfg, tokenizer, cache_dir: str | Path, seed: int = 0, mode
         kwargs = {"dtype": dtype}
         if model_cfg.get("attn_implementation"):
             kwargs["attn_implementation"] = model_cfg.attn_implementation
+        if model_cfg.get("revision"):
+            kwargs["revision"] = str(model_cfg.revision)
         check_model_dir(model_cfg.name_or_path)
         model = AutoModelForCausalLM.from_pretrained(model_cfg.name_or_path, **kwargs)
     elif source == "run":
