@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -490,3 +491,43 @@ def test_a_tables_header_records_the_overrides_a_make_alias_does_not_name(record
     calls.clear()
     assert pipeline.main(["table1", "--seeds", "1", "--command", "make reproduce-table1 SEEDS=1"]) == 0
     assert calls["tables"][3]["command"] == "make reproduce-table1 SEEDS=1"  # the default run: nothing to add
+
+
+def test_help_works_with_a_broken_study_file_and_every_command_names_it_in_one_line(tmp_path):
+    """Issue 62: the named studies are read at import; a misspelt key in one of them made `pipeline --help` a
+    traceback. Now every --help works, and any command ends in one line naming the file and the key."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    f = conf / "study" / "sweep.yaml"
+    f.write_text(f.read_text().replace("\ngrid:", "\ngird:"))
+    env = {**os.environ, "NUMLEARN_CONF_DIR": str(conf)}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "numlearn.pipeline", *args], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    for args in (["--help"], ["table1", "--help"], ["study", "--help"]):
+        r = run(*args)
+        assert r.returncode == 0 and "usage: python -m numlearn.pipeline" in r.stdout, (args, r.stderr[-2000:])
+    r = run("tables", "--seeds", "8")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
+    assert "conf/study/sweep.yaml does not load" in err[0] and "'gird'" in err[0]
+
+
+def test_study_dispatches_a_named_study_to_its_command_and_refuses_an_unnamed_one_of_that_kind(tmp_path, capsys):
+    from numlearn.pipeline import main
+
+    assert main(["study", "sweep", "--plan"]) == 2  # the sweep command's own refusal: it ran as `sweep`
+    assert "sweep runs on this machine's worker pool only" in capsys.readouterr().err
+    assert main(["study", "mle_lr", "--seeds", "0-2"]) == 2  # mle-lr's: its selection seeds are 0-2
+    assert "holds seeds the rate is chosen on" in capsys.readouterr().err
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    shutil.copy(conf / "study" / "ablation.yaml", conf / "study" / "my_ablation.yaml")
+    (conf / "study" / "my_ablation.yaml").write_text((conf / "study" / "my_ablation.yaml").read_text().replace(
+        "name: ablation", "name: my_ablation"))
+    r = subprocess.run([sys.executable, "-m", "numlearn.pipeline", "study", "my_ablation"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "NUMLEARN_CONF_DIR": str(conf)})
+    assert r.returncode == 2 and "runs as its named study only (`python -m numlearn.pipeline study ablation`)" in \
+        r.stderr, r.stderr[-2000:]

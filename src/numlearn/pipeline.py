@@ -88,9 +88,30 @@ def _grid(cfg) -> dict[str, tuple[float, ...]]:
     return {k: tuple(float(x) for x in v) for k, v in cfg.grid.items()}
 
 
+# Named studies whose file did not load: name -> the one-line reason. ``--help`` still works; any other command
+# ends with that line (issue 62: a typo in conf/study/sweep.yaml once made `pipeline --help` a traceback).
+UNREADABLE: dict[str, str] = {}
+
+
+def _named_study(name: str):
+    """``study(name)``, or, when its file does not load, a stand-in with harmless values (the reason kept in
+    ``UNREADABLE`` for ``main`` to report before any command runs)."""
+    try:
+        return study(name)
+    except (PipelineError, ValueError, OSError) as e:
+        from omegaconf import OmegaConf
+
+        from numlearn.schema import StudyConfig
+
+        UNREADABLE[name] = str(e).splitlines()[0]
+        return OmegaConf.structured(StudyConfig(name=name, out=f"results/{name}", selected=f"results/{name}/s.json",
+                                                evaluate=["eval=synthetic_val"], select_on="synthetic_val (cot)",
+                                                model="tiny"))
+
+
 # The named studies' definitions, read once from conf/study (their comments say why each row and grid point).
 _TABLE1, _SWEEP, _ABLATION, _CHUNKED, _PRETRAINED, _MLE_LR = (
-    study(n) for n in ("table1", "sweep", "ablation", "chunked", "pretrained", "mle_lr"))
+    _named_study(n) for n in ("table1", "sweep", "ablation", "chunked", "pretrained", "mle_lr"))
 EXPERIMENT = str(_TABLE1.experiment)
 TABLE1_LOSSES = tuple(_TABLE1.rows)
 TABLE1_OUT = Path(_TABLE1.out)
@@ -446,14 +467,41 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# kind -> (its named study's file, the command that runs it): ``study <name>`` of these kinds is that command
+NAMED_STUDIES = {"sweep": "sweep", "lr_sweep": "mle_lr", "ablation": "ablation", "chunked": "chunked",
+                 "pretrained": "pretrained", "released": "released"}
+_KIND_COMMAND = {"sweep": "sweep", "lr_sweep": "mle-lr", "ablation": "ablation", "chunked": "chunked",
+                 "pretrained": "pretrained", "released": "released"}
+
+
+def _as_named_command(argv: list[str]) -> list[str]:
+    """``study <name> ...`` of a named study with a command of its own (``study sweep``, ``study mle_lr``, ...) is
+    that command with the same flags (issue 62: ``study`` dispatches on the file's kind); every other argv as is."""
+    if len(argv) < 2 or argv[0] != "study" or argv[1].startswith("-"):
+        return argv
+    try:
+        kind = study(argv[1]).kind
+    except (PipelineError, ValueError, OSError):
+        return argv  # the study command reports it in one line
+    if NAMED_STUDIES.get(kind) == argv[1]:
+        return [_KIND_COMMAND[kind], *argv[2:]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _as_named_command(list(sys.argv[1:] if argv is None else argv))
     a = ap.parse_args(argv)
     from numlearn.cli import configure_logging
 
     configure_logging()
     a.invocation = "python -m numlearn.pipeline " + shlex.join(argv)
+    if UNREADABLE:  # after parsing: --help has printed and exited already
+        name, why = next(iter(UNREADABLE.items()))
+        _say(f"numlearn.pipeline: error: conf/study/{name}.yaml does not load ({why}); every command reads the "
+             "named studies: fix that file" + (f" (and {', '.join(list(UNREADABLE)[1:])})" if len(UNREADABLE) > 1
+                                                else ""))
+        return 2
     _stop_on_sigterm()
     from numlearn.cli import override_range_problem
 
@@ -860,7 +908,9 @@ def _study_as_table1(a) -> None:
     declarations; the other kinds have their own commands."""
     cfg = study(a.name)
     if cfg.kind != "rows":
-        raise PipelineError(f"study {a.name!r} is of kind {cfg.kind}: run `python -m numlearn.pipeline {cfg.kind}`")
+        named = NAMED_STUDIES.get(cfg.kind)
+        raise PipelineError(f"study {a.name!r} is of kind {cfg.kind}, which runs as its named study only (`python -m "
+                            f"numlearn.pipeline study {named}`); a study of your own is of kind rows or tuned")
     if a.experiment == EXPERIMENT:  # not given: the study's
         a.experiment = str(cfg.experiment)
     a.rows = ",".join(cfg.rows)
