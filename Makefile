@@ -140,6 +140,8 @@ tables-check: setup ## Regenerate every committed study table from the store (no
 	$(MAKE) --no-print-directory mle-lr-tiny MLE_LR_SEEDS=3-7 SWEEP_SEEDS=3 REUSE=1
 	$(PY) -m numlearn.reporting.one_model results/qwen_coder_base/eval --out results/qwen_coder_base \
 		--label "Qwen2.5-Coder-0.5B-Instruct (base)" --command "make qwen-coder-base"
+	$(PY) experiments/fenced_pot.py --out results/qwen_coder_base/fenced \
+		--command "python experiments/fenced_pot.py --from-eval outputs/eval/qwen-coder-base"
 	$(PYTHON) tools/results_diff.py results
 	@echo "tables-check: every committed table regenerated (byte-identical but the header's date/git/machine; a CSV number within 1e-9 relative)"
 
@@ -221,6 +223,8 @@ qwen-coder-base: setup assets $(VLLM_VENV)/.installed ## Optional: base Qwen2.5-
 		model_path=data_cache/qwen-coder/hf eval_dir=$(QWEN_BASE_OUT)
 	$(PY) -m numlearn.reporting.one_model $(QWEN_BASE_OUT) --out results/qwen_coder_base \
 		--label "Qwen2.5-Coder-0.5B-Instruct (base)" --command "make qwen-coder-base"
+	$(PY) experiments/fenced_pot.py --from-eval $(QWEN_BASE_OUT) --out results/qwen_coder_base/fenced \
+		--command "python experiments/fenced_pot.py --from-eval outputs/eval/qwen-coder-base"
 
 qwen-coder-study: setup assets $(VLLM_VENV)/.installed ## Optional: the pre-registered Qwen2.5-Coder study (conf/study/qwen_coder.yaml): selection, 4 rows x seeds 1-5, vLLM CPU -> results/qwen_coder_study (~20 h on 2 cores; resumes)
 	$(PY) experiments/qwen_coder.py assemble

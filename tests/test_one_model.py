@@ -68,3 +68,39 @@ def test_two_models_are_refused(tmp_path):
     f.write_text(json.dumps(d))
     with pytest.raises(ValueError, match="one model's"):
         one_model.report([ev], tmp_path / "out")
+
+
+def test_the_fenced_pot_secondary_runs_the_fenced_block_and_keeps_the_paper_verdict_beside_it():
+    """experiments/fenced_pot.py (issue 64 item 4): the first fenced block alone is run and scored by the official
+    scorer; a completion without one gives no answer; the paper protocol's verdict of the line stays beside it."""
+    import importlib.util
+    from pathlib import Path
+
+    from numlearn.evaluation.spec import as_spec
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "fenced_pot.py"
+    mod_spec = importlib.util.spec_from_file_location("fenced_pot", path)
+    fp = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(fp)
+    assert fp.fenced_block("Here:\n```python\nprint(6*7)\n```\nThe answer is 42.") == "print(6*7)\n"
+    assert fp.fenced_block("```py\nx = 1\n```") == "x = 1\n" and fp.fenced_block("```\nprint(1)\n```") == "print(1)\n"
+    assert fp.fenced_block("print(42)") is None
+    runs = {"print(6*7)\n": {"ok": True, "output": "42\n"}, "print(41)\n": {"ok": True, "output": "41\n"},
+            "raise SystemExit(1)\n": {"ok": False, "output": ""}}
+
+    def line(completion, correct):
+        return {"id": "1", "gt_raw": "42", "correct": correct, "attempts": [{"kind": "pot", "completion": completion}]}
+
+    gsm8k = as_spec("gsm8k")
+    right = fp.score_line(line("Sure!\n```python\nprint(6*7)\n```", False), gsm8k, runs.__getitem__)
+    assert right == {"id": "1", "fenced": True, "ran": True, "pred": "42", "correct_fenced": True,
+                     "correct_paper": False}
+    wrong = fp.score_line(line("```python\nprint(41)\n```", False), gsm8k, runs.__getitem__)
+    assert wrong["ran"] and not wrong["correct_fenced"]
+    failed = fp.score_line(line("```python\nraise SystemExit(1)\n```", False), gsm8k, runs.__getitem__)
+    assert failed["fenced"] and not failed["ran"] and failed["pred"] == ""
+    plain = fp.score_line(line("print(6*7)", True), gsm8k, lambda c: pytest.fail("no fence: nothing is run"))
+    assert plain == {"id": "1", "fenced": False, "ran": False, "pred": "", "correct_fenced": False,
+                     "correct_paper": True}
+    md = fp.table({"gsm8k": [right, wrong, failed, plain]})
+    assert "| gsm8k | 4 | 3 | 2 | 25.0 [" in md and "(1/4) |" in md
