@@ -28,6 +28,9 @@ def test_every_experiment_composes_typed(experiment):
         cfg = compose("evaluate", overrides=[f"experiment={experiment}"])
     assert OmegaConf.get_type(cfg.train) is TrainConfig and OmegaConf.get_type(cfg.eval) is EvalConfig
     OmegaConf.to_container(cfg.train, resolve=True)  # every interpolation resolves
+    from numlearn.schema import unknown_root_keys
+
+    assert unknown_root_keys(cfg) == []  # every top-level key is one a config declares (schema.ROOT_KEYS)
 
 
 @pytest.mark.parametrize("group", sorted({g for g, _ in SCHEMAS}))
@@ -219,3 +222,22 @@ def test_the_cluster_template_is_the_schema_and_a_misspelt_key_is_named(tmp_path
     bad.write_text("time_margin: 0.5\n")
     with pytest.raises(ValueError, match="time_margin=0.5 must be >= 1"):
         load_cluster_config(bad)
+
+
+def test_a_misspelt_top_level_section_of_an_experiment_file_is_refused_with_the_nearest_key(tmp_path):
+    """Issue 62: ``trian:`` in an experiment file was accepted silently (the run trained with the defaults). Every
+    shipped preset composes with known top-level keys only; a misspelt one is one line naming it and the nearest."""
+    import shutil
+
+    from hydra import compose, initialize_config_dir
+
+    from numlearn.schema import check_ranges
+
+    conf = tmp_path / "conf"  # (every shipped preset: test_every_experiment_composes_typed)
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "typo.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - table1_tiny\n  - _self_\ntrian:\n  max_steps: 3\n")
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf)):
+        cfg = compose("config", overrides=["experiment=typo"])
+    with pytest.raises(ValueError, match=r"^trian: no such top-level key .*did you mean train\?: fix the key"):
+        check_ranges(cfg)

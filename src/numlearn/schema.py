@@ -458,6 +458,22 @@ SCHEMAS = {("train", "_schema"): TrainConfig, ("eval", "_schema"): EvalConfig, (
 
 # the top-level keys every config has (conf/config.yaml), with their ranges
 ROOT_RANGES = {"seed": Range(lo=0, integer=True, note="the run's seed names its run dir (seed=<int>)")}
+# every top-level key a composed config may hold (conf/config.yaml's and conf/evaluate.yaml's, the groups, the
+# harness's name): an experiment file's misspelt section (``trian:``) is refused, not silently ignored (issue 62)
+ROOT_KEYS = frozenset({"data", "dry_run", "eval", "eval_dir", "experiment_name", "force", "harness_name", "logger",
+                       "loss", "model", "model_path", "paper_row", "paths", "run_dir", "run_name", "seed", "train"})
+
+
+def unknown_root_keys(cfg) -> list[str]:
+    """A problem line for each top-level key of ``cfg`` that no config declares, with the nearest key."""
+    import difflib
+
+    out = []
+    for key in (k for k in cfg if str(k) not in ROOT_KEYS and str(k) != "hydra"):
+        near = difflib.get_close_matches(str(key), sorted(ROOT_KEYS), n=1)
+        out.append(f"{key}: no such top-level key (an experiment file's or an override's)"
+                   + (f"; did you mean {near[0]}?" if near else f"; the keys: {', '.join(sorted(ROOT_KEYS))}"))
+    return out
 # sizes and counts in a scratch model's transformers config (model.config): positive integers
 _MODEL_SIZE_KEY = re.compile(r"(_size|_dim|^num_|^n_|_layers|_heads|_positions|_len(gth)?)$|^num_|^n_")
 
@@ -489,7 +505,7 @@ def range_problems(cfg) -> list[str]:
     from omegaconf import DictConfig
     from omegaconf.errors import OmegaConfBaseException
 
-    out = []
+    out = unknown_root_keys(cfg)
     for key, rng in ROOT_RANGES.items():
         if key in cfg and (why := rng.problem(cfg[key])) is not None:
             out.append(f"{key}={cfg[key]!r}: must be {why}")
@@ -521,7 +537,8 @@ def range_problems(cfg) -> list[str]:
 def range_refusal(problems: list[str]) -> str:
     """The one line every entry point refuses out-of-range values with: the first, how many more, the fix."""
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"{problems[0]}{more}: fix the value (its schema: numlearn.schema)"
+    what = "key" if "no such top-level key" in problems[0] else "value"
+    return f"{problems[0]}{more}: fix the {what} (its schema: numlearn.schema)"
 
 
 def check_ranges(cfg) -> None:
