@@ -35,9 +35,11 @@ LEVEL = {
     "data": 2, "reporting": 2,  # reporting reads result files only (FORBIDDEN keeps it there)
     "training": 3, "evaluation": 3, "released": 3,
     "train": 4, "evaluate": 4, "probe": 4,  # entry points
+    "fetch": 2,  # the hub items a preset needs (reads configs through cli)
     "planning": 4,  # rows x seeds -> jobs, from the configs and the store
-    "pipeline": 5,  # the orchestrator's CLI
-    "scripts": 6,
+    "studies": 5,  # the study kinds beyond rows x seeds (tuned): plans of planning's jobs
+    "pipeline": 6,  # the orchestrator's CLI
+    "scripts": 7,
 }
 # package -> numlearn packages/modules it must never import
 FORBIDDEN = {
