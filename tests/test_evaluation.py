@@ -359,3 +359,31 @@ def test_the_cli_logs_the_written_results_to_the_training_wandb_run(tmp_path, mo
     monkeypatch.setenv("WANDB_MODE", "disabled")
     evaluate._log_to_training_run(paths)
     assert not got
+
+
+def test_a_dry_run_prints_the_evaluation_plan_and_loads_no_weights(saved_tiny_model, tmp_path, monkeypatch, caplog):
+    """Issue 62 item 2: ``evaluate dry_run=true`` checks every input (data, sandbox, model dir) and says what it
+    would run -- model, backend, protocol, each benchmark's modes, problems and token cap, what is already
+    generated, the teacher-forced pass -- then stops before the backend loads a weight."""
+    import logging
+
+    from numlearn.evaluate import run_evaluation
+    from numlearn.evaluation import recipe
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        cfg = compose("evaluate", overrides=[f"model_path={saved_tiny_model}", f"eval_dir={tmp_path}/eval",
+                                             f"paths.cache_dir={tmp_path}/cache", "eval.limit=3", "dry_run=true",
+                                             "eval.max_new_tokens_cap=8"])
+    monkeypatch.setattr(recipe, "backend_from_config", lambda *a, **k: pytest.fail("a dry run loaded the model"))
+    monkeypatch.setattr(recipe, "_teacher_forced", lambda *a, **k: pytest.fail("a dry run ran the teacher-forced pass"))
+    gen = tmp_path / "eval" / "synthetic_test" / "cot" / "generations.jsonl"
+    gen.parent.mkdir(parents=True)
+    gen.write_text(json.dumps({"id": "0", "fingerprint": "x"}) + "\n")  # one line there: it would be resumed
+    with caplog.at_level(logging.INFO, logger="numlearn.evaluate"):
+        assert run_evaluation(cfg) == []
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"dry run: {saved_tiny_model} -> {tmp_path}/eval" in text and "protocol strict" in text
+    assert "synthetic_test/cot: 3 problems, up to 8 new tokens (1 already generated: resumed)" in text
+    assert "synthetic_ood/pot: 3 problems, up to 8 new tokens" in text
+    assert "teacher forced: 200 solutions (synthetic)" in text
+    assert not list((tmp_path / "eval").rglob("result.json"))

@@ -81,6 +81,10 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     if not Path(model_path).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and not _in_hub_cache(model_path):
         raise FileNotFoundError(f"model {model_path!r} is neither a directory nor a cached hub model, and the hub is "
                                 "offline (HF_HUB_OFFLINE=1): pass model_path=<model dir> or train the run first")
+    if cfg.get("dry_run"):  # what would run, every input checked, before any weight loads
+        for line in evaluation_plan(cfg, model_path, eval_dir, loaded, tf_records, protocol):
+            log.info(line)
+        return []
     if threads := ecfg.get("torch_threads"):
         import torch
 
@@ -97,6 +101,34 @@ def run_evaluation(cfg: DictConfig) -> list[Path]:
     if tcfg:
         ev = replace(ev, teacher_forced=_teacher_forced(tcfg, tf_records, backend, model_path))
     return [_write_result(ev, g, described) for g in generated]
+
+
+def evaluation_plan(cfg: DictConfig, model_path: str, eval_dir: Path, loaded: dict, tf_records, protocol: str
+                    ) -> list[str]:
+    """``dry_run=true``: what the evaluation would do -- the model, backend, protocol and where the results go;
+    per benchmark its modes, problems and token cap (and how many lines are already generated there, which it
+    resumes); the teacher-forced pass -- as lines, with nothing loaded or generated."""
+    from .runner import read_jsonl
+    from .spec import BenchmarkSpec
+
+    ecfg = cfg.eval
+    lines = [f"dry run: {model_path} -> {eval_dir}", f"  backend {ecfg.backend}, dtype {ecfg.dtype}, protocol "
+             f"{protocol}, batch {ecfg.batch_size}, tensor parallel {ecfg.get('tensor_parallel_size') or 1}"]
+    for name, (problems, _) in loaded.items():
+        spec = BenchmarkSpec.from_config(ecfg.benchmarks[name])
+        cap = min(spec.max_new_tokens, int(ecfg.max_new_tokens_cap or spec.max_new_tokens))
+        for mode in spec.modes(ecfg.modes):
+            gen = eval_dir / name / mode / "generations.jsonl"
+            have = len(read_jsonl(gen)[0]) if gen.is_file() else 0
+            lines.append(f"  {name}/{mode}: {len(problems)} problems, up to {cap} new tokens"
+                         + (f" ({have} already generated: resumed)" if have else ""))
+    if tf_records is not None:
+        tcfg = ecfg.teacher_forced
+        pc = tcfg.get("prefix_cache")
+        lines.append(f"  teacher forced: {len(tf_records)} solutions ({tcfg.source}), max length {tcfg.max_length}, "
+                     f"dtype {tcfg.get('dtype') or 'auto'}, device {tcfg.get('device') or 'auto'}"
+                     + (f", frozen layers {pc.frozen_layers} cached in {pc.dir}" if pc else ""))
+    return lines
 
 
 def adhoc_run_meta(cfg: DictConfig, model_path: str, fingerprint: str) -> dict:
