@@ -449,8 +449,8 @@ def test_a_rows_study_runs_as_table1_with_its_declarations(recorded):
 
 
 def test_a_study_of_another_kind_or_a_misspelt_key_is_one_line(tmp_path, capsys, monkeypatch):
-    assert pipeline.main(["study", "ablation"]) == 2
-    assert "kind ablation: run `python -m numlearn.pipeline ablation`" in capsys.readouterr().err
+    assert pipeline.main(["study", "ablation", "--plan"]) == 2  # the named study runs as its command, which refuses
+    assert "ablation runs on this machine's worker pool only" in capsys.readouterr().err  # --plan before any job
     assert pipeline.main(["study", "nope"]) == 2
     assert "unknown study 'nope'" in capsys.readouterr().err
     from numlearn.schema import load_study_config
