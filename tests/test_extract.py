@@ -97,10 +97,9 @@ def test_a_benchmark_by_name_is_what_was_registered_and_library_code_reads_no_co
     the paper's seven that ship with the package (issue 62). Another unregistered name is a ValueError naming both
     fixes -- never a read of a conf/ the caller did not ask for, and never an exit; a spec object needs no
     registration; a registration is the spec it was given, over the packaged one."""
+    import numlearn.cli
     from numlearn.cli import benchmark_configs
     from numlearn.evaluation import spec
-
-    import numlearn.cli
 
     monkeypatch.setattr(spec, "_REGISTERED", {})
     with monkeypatch.context() as m:
