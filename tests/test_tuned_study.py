@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_rows_take_the_choices_a_rate_a_weight_and_a_control_at_another_loss_weight():
     c = Choice(rates={"mle": 4e-5}, weights={"del_paper": 0.32}, default_lr=2e-5)
     assert c.row("mle@chosen") == Row("mle", None, ("loss.tag=mle_lr4e-05", "train.learning_rate=4e-05"))
+    assert c.row("mle@chosen").tag == "mle_lr4e-05" and Row("del_paper", 0.32).tag == "del_paper"  # results' names
     assert Choice({"mle": 2e-5}, {}, 2e-5).row("mle@chosen") == Row("mle")  # the recipe's own rate: the plain row
     assert c.row("del_paper@chosen") == Row("del_paper", 0.32)
     assert c.row("del_ce@chosen:del_paper") == Row("del_ce", 0.32)  # the control at the paper form's weight

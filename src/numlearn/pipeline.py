@@ -1112,7 +1112,7 @@ def mle_lr(a, seeds: list[int], live) -> int:
                          f"`{loss}` at the recipe's {default:g}, `{loss}_lr<rate>` at another)"])
     if rc != 0:
         return rc
-    labels = {(r.extra[0].split("=", 1)[1] if r.extra else r.loss): lr for r, lr in rates.items()}
+    labels = {r.tag: lr for r, lr in rates.items()}
     chosen, pending = sweep.select_rate(pd.read_csv(out / "sweep.csv"), VAL_COLUMN, labels, default, len(sweep_seeds))
     if chosen is None:
         raise PipelineError(f"the rate sweep is not finished: {', '.join(pending)} on {VAL_COLUMN!r}; run the same "

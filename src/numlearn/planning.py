@@ -48,6 +48,12 @@ class Row:
         return cls(loss, a, tuple(extra))
 
     @property
+    def tag(self) -> str:
+        """The name the results give this row's loss: its ``loss.tag=`` override (a rate row's ``mle_lr0.0015``),
+        else the loss."""
+        return next((e.split("=", 1)[1] for e in self.extra if e.startswith("loss.tag=")), self.loss)
+
+    @property
     def label(self) -> str:
         head = self.loss if self.alpha is None else f"{self.loss}:{_fmt(self.alpha)}"
         return "+".join((head, *self.extra))

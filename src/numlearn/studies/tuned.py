@@ -86,8 +86,8 @@ def declaration_commit(path: Path) -> str | None:
     return None if dirty or not sha else sha
 
 
-def choose(cfg, rates: dict[str, dict[Row, float]], weights: list[Row], *, default_lr: float, runs: list[str],
-           out: Path, command: str) -> Choice:
+def choose(cfg, rates: dict[str, dict[Row, float]], *, default_lr: float, runs: list[str], out: Path,
+           command: str) -> Choice:
     """Stage 2: the selection table (``reporting.sweep``) and each loss's choice, written to ``out``."""
     import pandas as pd
 
@@ -108,7 +108,7 @@ def choose(cfg, rates: dict[str, dict[Row, float]], weights: list[Row], *, defau
     table = pd.read_csv(out / "sweep.csv")
     chosen_lr = {}
     for loss, rows in rates.items():
-        labels = {(r.extra[0].split("=", 1)[1] if r.extra else r.loss): lr for r, lr in rows.items()}
+        labels = {r.tag: lr for r, lr in rows.items()}
         c, pending = sweep.select_rate(table, str(cfg.select_on), labels, default_lr, n)
         if c is None:
             raise PipelineError(f"the {loss} rate selection is not finished: {', '.join(pending)}; run the same "
@@ -144,14 +144,13 @@ def run(a, cfg, *, study_file: Path, run_planned, build_tables, family_cls, live
     command = a.command or f"{cfg.command or 'python -m numlearn.pipeline study ' + cfg.name} SEEDS={seeds_arg(seeds)}"
     sel_runs = [str(Path(r) / "eval" / b) for r in table1_runs(sel_rows, sel, experiment=experiment, store=a.store)
                 for b in cfg.exclude if (Path(r) / "eval" / b).is_dir()]
-    choice = choose(cfg, rates, weights, default_lr=default_lr, runs=sel_runs, out=out / "selection", command=command)
+    choice = choose(cfg, rates, default_lr=default_lr, runs=sel_runs, out=out / "selection", command=command)
     rows = list(dict.fromkeys(choice.row(spec) for spec in cfg.rows))
     evals = [tuple(ev) for ev in cfg.row_evaluate] or [()]
     if (failed := run_planned([Request(tuple(rows), tuple(seeds), ev) for ev in evals], common, a.jobs, live)):
         return failed
-    baseline = rows[0]
     report = family_cls(primary_benchmark=str(cfg.primary_benchmark), selection_seeds=tuple(sel),
-                        baseline=baseline.extra[0].split("=", 1)[1] if baseline.extra else baseline.loss,
+                        baseline=rows[0].tag,
                         may_differ=("train.learning_rate",), family_metrics=tuple(cfg.family_metrics),
                         family=tuple(cfg.family), primary_modes=tuple(cfg.primary_modes),
                         exclude=tuple(cfg.exclude))
