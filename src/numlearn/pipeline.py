@@ -468,10 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # kind -> (its named study's file, the command that runs it): ``study <name>`` of these kinds is that command
-NAMED_STUDIES = {"sweep": "sweep", "lr_sweep": "mle_lr", "ablation": "ablation", "chunked": "chunked",
-                 "pretrained": "pretrained", "released": "released"}
-_KIND_COMMAND = {"sweep": "sweep", "lr_sweep": "mle-lr", "ablation": "ablation", "chunked": "chunked",
-                 "pretrained": "pretrained", "released": "released"}
+NAMED_STUDIES = {"sweep": ("sweep", "sweep"), "lr_sweep": ("mle_lr", "mle-lr"), "ablation": ("ablation", "ablation"),
+                 "chunked": ("chunked", "chunked"), "pretrained": ("pretrained", "pretrained"),
+                 "released": ("released", "released")}
 
 
 def _as_named_command(argv: list[str]) -> list[str]:
@@ -483,8 +482,9 @@ def _as_named_command(argv: list[str]) -> list[str]:
         kind = study(argv[1]).kind
     except (PipelineError, ValueError, OSError):
         return argv  # the study command reports it in one line
-    if NAMED_STUDIES.get(kind) == argv[1]:
-        return [_KIND_COMMAND[kind], *argv[2:]]
+    named, command = NAMED_STUDIES.get(kind, (None, None))
+    if named == argv[1]:
+        return [command, *argv[2:]]
     return argv
 
 
@@ -908,7 +908,7 @@ def _study_as_table1(a) -> None:
     declarations; the other kinds have their own commands."""
     cfg = study(a.name)
     if cfg.kind != "rows":
-        named = NAMED_STUDIES.get(cfg.kind)
+        named = NAMED_STUDIES[cfg.kind][0]
         raise PipelineError(f"study {a.name!r} is of kind {cfg.kind}, which runs as its named study only (`python -m "
                             f"numlearn.pipeline study {named}`); a study of your own is of kind rows or tuned")
     if a.experiment == EXPERIMENT:  # not given: the study's
