@@ -12,6 +12,7 @@ probe read): ``name``, ``loader`` (a function registered in ``numlearn.evaluatio
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 ANSWER_KINDS = ("number", "math", "choice")
@@ -72,8 +73,10 @@ def spec_record(spec: BenchmarkSpec) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in ((k, getattr(spec, k)) for k in _SPEC_FIELDS)}
 
 
+@functools.lru_cache(maxsize=1)
 def packaged_specs() -> dict[str, BenchmarkSpec]:
-    """The paper's seven benchmarks as the package ships them (no clone, no registration needed)."""
+    """The paper's seven benchmarks as the package ships them (no clone, no registration needed); read once, not
+    on every ``extract_answer`` call."""
     import json
     from importlib import resources
 
